@@ -1,0 +1,40 @@
+"""The FastAPI application factory."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api import errors
+from api.routes import catalog, health, jobs, speech
+from api.settings import ApiSettings, get_settings
+from api.state import State
+from models.db import async_session_factory, make_async_engine
+from storage import store_for
+from workers.app import make_app
+from workers.channel import channel_for
+from workers.engines.catalog import catalog as load_catalog
+from workers.settings import get_settings as worker_settings
+
+
+def create_app(settings: ApiSettings | None = None) -> FastAPI:
+    """Build the API; resources are created at start-up and closed at shutdown."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_async_engine()
+        app.state.narrator = State(
+            settings=settings, engine=engine, sessions=async_session_factory(engine),
+            celery=make_app(), channel=channel_for(worker_settings()), store=store_for(),
+            models=load_catalog(),
+        )
+        yield
+        await engine.dispose()
+
+    app = FastAPI(title="Narrator", version="0.1.0", lifespan=lifespan,
+                  default_response_class=errors.Json)
+    errors.install(app)
+    for router in (speech.router, jobs.router, catalog.router, health.router):
+        app.include_router(router)
+    return app

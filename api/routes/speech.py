@@ -1,0 +1,49 @@
+"""`POST /v1/audio/speech`: OpenAI-compatible sync speech through the realtime queue."""
+
+import uuid
+
+from fastapi import APIRouter, Response
+
+from api.errors import ApiError, bad_request, unavailable
+from api.schemas import SpeechBody
+from api.state import OwnerDep, StateDep
+from api.validation import resolve, text_field
+from workers.channel import ChannelTimeout
+
+router = APIRouter()
+
+
+@router.post("/v1/audio/speech", response_class=Response,
+             responses={200: {"content": {"audio/mpeg": {}}}})
+async def create_speech(body: SpeechBody, state: StateDep, _: OwnerDep) -> Response:
+    """Speak `input` and return the audio bytes."""
+    model, voice = resolve(body, state.models)
+    limit = state.settings.sync_max_chars
+    text = text_field(body.input, "input", limit,
+                      "send long text as an async job: POST /v1/audio/jobs")
+    if body.stream_format != "audio":
+        raise bad_request("stream_format: 'sse' is not available yet; use 'audio'",
+                          "stream_format", "unsupported_parameter")
+    request_id = f"req_{uuid.uuid4().hex}"
+    payload = {"request_id": request_id, "input": text, "model": model.id, "voice": voice.id,
+               "response_format": body.response_format, "speed": body.speed, **body.extras()}
+    timeout = state.settings.sync_timeout_seconds
+    try:
+        state.celery.send_task("narrator.speak", args=[payload], queue="realtime",
+                               expires=timeout)
+    except Exception as exc:
+        raise unavailable(f"the broker is unreachable: {exc}") from exc
+    try:
+        async for message in state.channel.listen(request_id, timeout, timeout):
+            if message.kind == "error":
+                raise ApiError(500, f"the engine failed: {message.meta.get('message')}",
+                               type="server_error", code="engine_error")
+            if message.kind == "end":
+                return Response(message.data, media_type=message.meta["content_type"],
+                                headers={"X-Request-Id": request_id,
+                                         "X-Audio-Duration": f"{message.meta['duration']:.3f}",
+                                         "X-Sample-Rate": str(message.meta["sample_rate"])})
+    except ChannelTimeout as exc:
+        raise unavailable(f"no worker answered within {timeout:.0f} s; is a worker running "
+                          "on the realtime queue?", retry_after=10) from exc
+    raise unavailable("the worker closed the request without audio")

@@ -1,0 +1,67 @@
+"""Request bodies, validated by pydantic; limits that depend on settings are checked later."""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+Format = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+Subtitle = Literal["srt", "vtt"]
+
+
+class VoiceRef(BaseModel):
+    """A voice given as an object, as newer OpenAI SDKs send it."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: StrictStr
+
+
+class SpeechFields(BaseModel):
+    """Fields shared by sync speech and jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr | None = None
+    voice: StrictStr | VoiceRef | None = None
+    response_format: Format = "mp3"
+    speed: Annotated[float, Field(ge=0.25, le=4.0)] = 1.0
+    instructions: Annotated[StrictStr, Field(max_length=4096)] | None = None
+    language: Annotated[StrictStr, Field(max_length=32)] | None = None
+    seed: StrictInt | None = None
+    task_type: Annotated[StrictStr, Field(max_length=32)] | None = None
+    max_new_tokens: Annotated[StrictInt, Field(ge=1, le=65536)] | None = None
+
+    @property
+    def voice_id(self) -> str | None:
+        """Return the voice id whichever way it was given."""
+        return self.voice.id if isinstance(self.voice, VoiceRef) else self.voice
+
+    def extras(self) -> dict[str, Any]:
+        """Return the engine-specific optional fields that were set."""
+        fields = ("instructions", "language", "seed", "task_type", "max_new_tokens")
+        return {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
+
+
+class SpeechBody(SpeechFields):
+    """`POST /v1/audio/speech`."""
+
+    input: StrictStr
+    stream_format: Literal["audio", "sse"] = "audio"
+
+
+class Chapter(BaseModel):
+    """One chapter of a job."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: Annotated[StrictStr, Field(max_length=500)] | None = None
+    input: StrictStr
+
+
+class JobBody(SpeechFields):
+    """`POST /v1/audio/jobs`: `input` or `chapters`, plus delivery options."""
+
+    input: StrictStr | None = None
+    chapters: list[Chapter] | None = None
+    output_url: Annotated[StrictStr, Field(max_length=1024)] | None = None
+    webhook_url: Annotated[StrictStr, Field(max_length=2048)] | None = None
+    subtitles: list[Subtitle] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,30 @@
+"""API settings."""
+
+from functools import lru_cache
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ApiSettings(BaseSettings):
+    """Limits and access for the HTTP API."""
+
+    model_config = SettingsConfigDict(env_prefix="NARRATOR_", extra="ignore")
+
+    api_keys: str = ""
+    sync_max_chars: int = 4096
+    job_max_chars: int = 2_000_000
+    max_chapters: int = 1000
+    max_body_bytes: int = 32 * 1024 * 1024
+    public_api_url: str = ""
+    sync_timeout_seconds: float = 120.0
+
+    @property
+    def keys(self) -> set[str]:
+        """Return the configured API keys (empty: the API is open)."""
+        return {k.strip() for k in self.api_keys.split(",") if k.strip()}
+
+
+@lru_cache
+def get_settings() -> ApiSettings:
+    """Return the process-wide API settings."""
+    return ApiSettings()

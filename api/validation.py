@@ -1,0 +1,52 @@
+"""Checks that need the catalogue or the settings: model, voice, extras, text limits."""
+
+from api.errors import bad_request
+from api.schemas import SpeechFields
+from workers.engines.catalog import ModelInfo, VoiceInfo
+from workers.text import clean, speakable
+
+
+def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...]) -> tuple[ModelInfo, VoiceInfo]:
+    """Return the model and voice a request names, or raise a 400 that lists what exists."""
+    if fields.model is None:
+        model = models[0]
+    else:
+        found = next((m for m in models if m.id == fields.model), None)
+        if found is None:
+            listed = ", ".join(m.id for m in models)
+            raise bad_request(f"model: unknown model '{fields.model}'; available: {listed}",
+                              "model", "model_not_found")
+        model = found
+    voice_id = fields.voice_id or model.voices[0].id
+    voice = model.voice(voice_id)
+    if voice is None:
+        listed = ", ".join(v.id for v in model.voices)
+        raise bad_request(f"voice: unknown voice '{voice_id}' for model '{model.id}'; "
+                          f"available: {listed} (see GET /v1/audio/voices)",
+                          "voice", "voice_not_found")
+    for name in fields.extras():
+        if name != "instructions" and name not in model.extras:
+            raise bad_request(f"{name}: not supported by model '{model.id}'", name,
+                              "unsupported_parameter")
+    if fields.language:
+        wanted = fields.language.lower()
+        if not any(lang.lower().startswith(wanted) or wanted.startswith(lang.lower()[:2])
+                   for lang in voice.languages):
+            raise bad_request(f"language: '{fields.language}' is not spoken by voice "
+                              f"'{voice.id}'; it speaks {', '.join(voice.languages)}",
+                              "language", "unsupported_language")
+    return model, voice
+
+
+def text_field(text: str, param: str, limit: int, hint: str = "") -> str:
+    """Clean `text` and check it is speakable and within `limit` characters."""
+    cleaned = clean(text).strip()
+    if not cleaned:
+        raise bad_request(f"{param}: must not be empty", param, "empty_input")
+    if not speakable(cleaned):
+        raise bad_request(f"{param}: has nothing to speak (only control characters, "
+                          "punctuation or whitespace)", param, "empty_input")
+    if len(cleaned) > limit:
+        raise bad_request(f"{param}: {len(cleaned)} characters is over the limit of {limit}"
+                          + (f"; {hint}" if hint else ""), param, "input_too_long")
+    return cleaned

@@ -1,0 +1,84 @@
+"""The job object of API.md, rendered from a row; URLs are made fresh at read time."""
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from models import Job, JobStatus, utcnow
+
+# (storage key, API content URL for local files) -> URL
+UrlFor = Callable[[str, str], str]
+
+
+def public_id(job: Job) -> str:
+    """Return the public id, `job_<32 hex>`."""
+    return f"job_{job.id.hex}"
+
+
+def _ts(value: datetime | None) -> int | None:
+    return int(value.timestamp()) if value else None
+
+
+def _eta(job: Job) -> float | None:
+    if job.status != JobStatus.in_progress or not job.segments_done or not job.started_at:
+        return None
+    elapsed = (utcnow() - job.started_at).total_seconds()
+    remaining = job.segments_total - job.segments_done
+    return round(elapsed / job.segments_done * remaining, 1)
+
+
+def _progress(job: Job) -> int:
+    if job.status == JobStatus.completed:
+        return 100
+    if not job.segments_total:
+        return 0
+    return min(99, int(100 * job.segments_done / job.segments_total))
+
+
+def _result(job: Job, url_for: UrlFor, content: str) -> dict[str, Any] | None:
+    stored = job.result
+    if job.status != JobStatus.completed or not stored:
+        return None
+    chapters = [
+        {"title": c["title"], "start_seconds": c["start_seconds"],
+         "duration_seconds": c["duration_seconds"],
+         "url": url_for(c["key"], f"{content}?variant=chapter&index={n}") if "key" in c else None}
+        for n, c in enumerate(stored.get("chapters", []))
+    ]
+    return {
+        "url": url_for(stored["key"], content),
+        "duration_seconds": stored["duration_seconds"],
+        "bytes": stored["bytes"],
+        "sample_rate": stored.get("sample_rate"),
+        "chapters": chapters,
+        "subtitles": {kind: url_for(key, f"{content}?variant=subtitles_{kind}")
+                      for kind, key in stored.get("subtitles", {}).items()},
+        "manifest_url": url_for(stored["manifest_key"], f"{content}?variant=manifest"),
+    }
+
+
+def job_object(job: Job, url_for: UrlFor, api_base: str) -> dict[str, Any]:
+    """Render the job object."""
+    pid = public_id(job)
+    content = f"{api_base}/v1/audio/jobs/{pid}/content"
+    return {
+        "id": pid,
+        "object": "audio.job",
+        "status": job.status.value,
+        "progress": _progress(job),
+        "model": job.model,
+        "voice": job.voice,
+        "response_format": job.response_format,
+        "created_at": _ts(job.created_at),
+        "started_at": _ts(job.started_at),
+        "completed_at": _ts(job.completed_at),
+        "expires_at": _ts(job.expires_at),
+        "segments": {"total": job.segments_total, "done": job.segments_done,
+                     "failed": job.segments_failed},
+        "usage": {"input_characters": job.input_characters,
+                  "audio_seconds": round(job.audio_seconds, 3)},
+        "eta_seconds": _eta(job),
+        "result": _result(job, url_for, content),
+        "error": job.error,
+        "metadata": job.meta,
+    }

@@ -1,0 +1,77 @@
+"""Engine and session factories for workers (sync) and the API (async)."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from models.settings import DatabaseSettings, get_settings
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets the API read while the worker writes; busy_timeout makes writers queue.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _engine_args(settings: DatabaseSettings) -> dict[str, Any]:
+    if settings.is_sqlite:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        return {}
+    return {"pool_size": settings.database_pool_size, "pool_pre_ping": True}
+
+
+def make_engine(settings: DatabaseSettings | None = None) -> Engine:
+    """Create a synchronous engine (workers, migrations, CLI)."""
+    settings = settings or get_settings()
+    engine = create_engine(settings.url(), **_engine_args(settings))
+    if settings.is_sqlite:
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def make_async_engine(settings: DatabaseSettings | None = None) -> AsyncEngine:
+    """Create an asynchronous engine (API)."""
+    settings = settings or get_settings()
+    engine = create_async_engine(settings.url(asynchronous=True), **_engine_args(settings))
+    if settings.is_sqlite:
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+@lru_cache
+def sync_sessionmaker() -> sessionmaker[Session]:
+    """Return the process-wide sessionmaker for workers."""
+    return sessionmaker(make_engine(), expire_on_commit=False)
+
+
+def async_session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:
+    """Return a sessionmaker bound to an async engine."""
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope() -> Iterator[Session]:
+    """Open a session that commits on success and rolls back on error: the task boundary."""
+    with sync_sessionmaker()() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def sqlite_path(settings: DatabaseSettings) -> Path | None:
+    """Return the SQLite file path, or None on Postgres."""
+    url = settings.url()
+    return Path(url.split(":///", 1)[1]) if url.startswith("sqlite") else None

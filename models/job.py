@@ -1,0 +1,135 @@
+"""The job table, its segments and its append-only event log."""
+
+import enum
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from models.base import Base, JsonType, utcnow, uuid7
+
+
+class JobStatus(enum.StrEnum):
+    """States of a job; transitions are conditional UPDATEs (see models.transitions)."""
+
+    queued = "queued"
+    in_progress = "in_progress"
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+class SegmentStatus(enum.StrEnum):
+    """States of one segment of a job."""
+
+    pending = "pending"
+    running = "running"
+    done = "done"
+    failed = "failed"
+
+
+ACTIVE = (JobStatus.queued, JobStatus.in_progress)
+
+
+def _enum(cls: type[enum.StrEnum], name: str) -> Enum:
+    return Enum(
+        cls, name=name, native_enum=False, create_constraint=True, length=16,
+        values_callable=lambda e: [m.value for m in e],
+    )
+
+
+class Job(Base):
+    """One asynchronous synthesis request: text in, media URLs out."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
+        Index("ix_jobs_owner_id", "owner", "id"),
+        Index("ix_jobs_status", "status"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
+    owner: Mapped[str] = mapped_column(String(64), default="")
+    status: Mapped[JobStatus] = mapped_column(_enum(JobStatus, "job_status"),
+                                              default=JobStatus.queued)
+    model: Mapped[str] = mapped_column(String(128))
+    voice: Mapped[str] = mapped_column(String(128))
+    response_format: Mapped[str] = mapped_column(String(8))
+    speed: Mapped[float] = mapped_column(Float, default=1.0)
+    options: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    chapters: Mapped[list[Any]] = mapped_column(JsonType)
+    output_url: Mapped[str | None] = mapped_column(String(1024))
+    webhook_url: Mapped[str | None] = mapped_column(String(2048))
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_hash: Mapped[str | None] = mapped_column(String(64))
+    input_characters: Mapped[int] = mapped_column(Integer, default=0)
+    segments_total: Mapped[int] = mapped_column(Integer, default=0)
+    segments_done: Mapped[int] = mapped_column(Integer, default=0)
+    segments_failed: Mapped[int] = mapped_column(Integer, default=0)
+    audio_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    result: Mapped[dict[str, Any] | None] = mapped_column()
+    error: Mapped[dict[str, Any] | None] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column()
+    completed_at: Mapped[datetime | None] = mapped_column()
+    expires_at: Mapped[datetime | None] = mapped_column()
+    deleted_at: Mapped[datetime | None] = mapped_column()
+
+    segments: Mapped[list["Segment"]] = relationship(back_populates="job", lazy="raise")
+
+
+class Segment(Base):
+    """A few sentences of a job, synthesised by one task into one part file."""
+
+    __tablename__ = "segments"
+    __table_args__ = (
+        UniqueConstraint("job_id", "index", name="uq_segments_job_id_index"),
+        Index("ix_segments_status_heartbeat_at", "status", "heartbeat_at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    chapter: Mapped[int] = mapped_column(Integer, default=0)
+    text: Mapped[str] = mapped_column(Text)
+    pause_after: Mapped[float] = mapped_column(Float, default=0.0)
+    status: Mapped[SegmentStatus] = mapped_column(_enum(SegmentStatus, "segment_status"),
+                                                  default=SegmentStatus.pending)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    heartbeat_at: Mapped[datetime | None] = mapped_column()
+    samples: Mapped[int | None] = mapped_column(Integer)
+    duration_seconds: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+
+    job: Mapped[Job] = relationship(back_populates="segments", lazy="raise")
+
+
+class JobEvent(Base):
+    """One status transition of a job; rows are only ever inserted."""
+
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    job_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), index=True
+    )
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    from_status: Mapped[str | None] = mapped_column(String(16))
+    to_status: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[dict[str, Any] | None] = mapped_column()

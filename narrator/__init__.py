@@ -1,0 +1,1 @@
+"""Narrator: the `narrator` command line."""

@@ -1,0 +1,150 @@
+"""`narrator`: serve, api, worker, migrate (server side); say, submit (client side)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+
+cli = typer.Typer(help="Narrator: a self-hosted text-to-speech job platform.",
+                  no_args_is_help=True, add_completion=False)
+UrlOpt = Annotated[str, typer.Option("--url", envvar="NARRATOR_URL", help="API base URL")]
+KeyOpt = Annotated[str, typer.Option("--api-key", envvar="NARRATOR_API_KEY")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@cli.command()
+def migrate() -> None:
+    """Create or upgrade the database schema."""
+    from migrations import upgrade
+
+    upgrade()
+    typer.echo("database is at the latest migration")
+
+
+@cli.command()
+def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+    """Run the HTTP API."""
+    import uvicorn
+
+    # app_dir: the installed packages, not the working directory (a ./models folder
+    # there must not shadow ours).
+    uvicorn.run("api.app:create_app", factory=True, host=host, port=port, workers=workers,
+                log_level="warning", access_log=False, app_dir=str(ROOT))
+
+
+@cli.command()
+def worker(
+    queues: Annotated[str, typer.Option(help="comma-separated queues")] = "realtime,batch",
+    pool: Annotated[str, typer.Option(help="solo for Piper, threads for vLLM-Omni")] = "",
+    concurrency: int = 0,
+    loglevel: str = "INFO",
+) -> None:
+    """Run a Celery worker on the configured engine."""
+    from workers.app import celery_app
+    from workers.settings import get_settings
+
+    settings = get_settings()
+    pool = pool or ("solo" if settings.engine == "piper" else "threads")
+    argv = ["worker", "-Q", queues, "--pool", pool, "-l", loglevel, "--without-mingle",
+            "--without-gossip"]
+    if concurrency:
+        argv += ["-c", str(concurrency)]
+    celery_app.worker_main(argv)
+
+
+@cli.command()
+def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run everything in one command: migrate, a worker and the API (embedded defaults)."""
+    from migrations import upgrade
+
+    upgrade()
+    # -P: keep the working directory off sys.path in the child too.
+    child = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "worker", "--loglevel",
+                              "WARNING"], env=os.environ.copy())
+    typer.echo(f"Narrator on http://{host}:{port} (worker pid {child.pid}); Ctrl-C stops it")
+    try:
+        api(host=host, port=port, workers=1)
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+def _client(url: str, key: str, timeout: float = 300) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+
+
+def _fail(response: httpx.Response) -> None:
+    if response.is_error:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:500]
+        typer.echo(f"error {response.status_code}: {message}", err=True)
+        raise typer.Exit(1)
+
+
+@cli.command()
+def say(text: str, output: Annotated[Path, typer.Option("-o", "--output")],
+        voice: str = "", model: str = "", speed: float = 1.0, url: UrlOpt = DEFAULT_URL,
+        api_key: KeyOpt = "") -> None:
+    """Speak TEXT into FILE; the format comes from the file's extension."""
+    fmt = {"ogg": "opus"}.get(output.suffix.lstrip("."), output.suffix.lstrip(".") or "mp3")
+    body: dict[str, object] = {"input": text, "response_format": fmt, "speed": speed}
+    body |= {k: v for k, v in (("voice", voice), ("model", model)) if v}
+    with _client(url, api_key) as client:
+        response = client.post("/v1/audio/speech", json=body)
+    _fail(response)
+    output.write_bytes(response.content)
+    typer.echo(f"{output}: {response.headers.get('x-audio-duration')} s")
+
+
+@cli.command()
+def submit(file: Path, wait: bool = False,
+           output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
+           fmt: Annotated[str, typer.Option("--format")] = "mp3", voice: str = "",
+           url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
+    """Submit FILE (plain text) as a job; with --wait, follow it and download the audio."""
+    body: dict[str, object] = {"input": file.read_text(encoding="utf-8"), "response_format": fmt}
+    if voice:
+        body["voice"] = voice
+    with _client(url, api_key) as client:
+        response = client.post("/v1/audio/jobs", json=body)
+        _fail(response)
+        job = response.json()
+        typer.echo(job["id"])
+        if not wait and output is None:
+            return
+        while job["status"] in ("queued", "in_progress"):
+            time.sleep(1)
+            response = client.get(f"/v1/audio/jobs/{job['id']}")
+            _fail(response)
+            job = response.json()
+            typer.echo(f"\r{job['status']} {job['progress']:3d}% "
+                       f"eta {job['eta_seconds'] or '-'} s   ", nl=False, err=True)
+        typer.echo("", err=True)
+        if job["status"] != "completed":
+            typer.echo(f"job {job['status']}: {job['error']}", err=True)
+            raise typer.Exit(1)
+        if output is not None:
+            with client.stream("GET", f"/v1/audio/jobs/{job['id']}/content") as stream:
+                _fail(stream)
+                with output.open("wb") as f:
+                    for chunk in stream.iter_bytes():
+                        f.write(chunk)
+            typer.echo(f"{output}: {job['result']['duration_seconds']:.1f} s")
+
+
+def main() -> None:
+    """Entry point of the console script."""
+    cli()

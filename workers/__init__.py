@@ -1,0 +1,1 @@
+"""Celery workers: tasks, the job pipeline, engines, text and audio processing."""

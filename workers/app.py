@@ -1,0 +1,58 @@
+"""The Celery app: Redis in production, kombu's filesystem transport when embedded."""
+
+from typing import Any
+
+from celery import Celery
+from kombu import Queue
+
+from workers.settings import WorkerSettings, get_settings
+
+REALTIME = "realtime"
+BATCH = "batch"
+
+
+def broker_options(settings: WorkerSettings) -> tuple[str, dict[str, Any]]:
+    """Return the broker URL and its transport options."""
+    if not settings.embedded_broker:
+        # Longer than the longest segment, so a slow task is not redelivered while it runs.
+        return settings.broker_url, {"visibility_timeout": 6 * 3600}
+    root = settings.broker_dir
+    for sub in ("queue", "processed", "control"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    return "filesystem://", {
+        "data_folder_in": str(root / "queue"),
+        "data_folder_out": str(root / "queue"),
+        "processed_folder": str(root / "processed"),
+        "control_folder": str(root / "control"),
+        "store_processed": False,
+        # kombu's default of 1 s would add half a second to every sync request.
+        "polling_interval": settings.broker_poll_seconds,
+    }
+
+
+def make_app(settings: WorkerSettings | None = None) -> Celery:
+    """Create the Celery app; tasks are sent by name, so the API never imports them."""
+    settings = settings or get_settings()
+    url, options = broker_options(settings)
+    app = Celery("narrator", broker=url, include=["workers.tasks"])
+    app.conf.update(
+        broker_transport_options=options,
+        broker_connection_retry_on_startup=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        task_default_queue=BATCH,
+        task_queues=[Queue(REALTIME), Queue(BATCH)],
+        task_routes={"narrator.speak": {"queue": REALTIME}},
+        task_serializer="json",
+        accept_content=["json"],
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        worker_enable_remote_control=not settings.embedded_broker,
+        worker_send_task_events=False,
+        broker_heartbeat=0,
+    )
+    return app
+
+
+celery_app = make_app()

@@ -1,0 +1,134 @@
+"""Assemble a job: stream parts in order with planned silences, encode, subtitle, manifest."""
+
+import json
+import tempfile
+from collections.abc import Callable, Iterator
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from models import Job, Segment
+from storage import MediaStore
+from workers.audio import EXTENSIONS, encode
+from workers.audio import encode_to as encode_blocks
+from workers.engines import Audio
+
+
+def flac_bytes(audio: Audio, rate: int) -> bytes:
+    """Encode a part losslessly."""
+    return encode(audio, rate, "flac")
+
+
+def timestamp(seconds: float, sep: str) -> str:
+    """Format seconds as HH:MM:SS{sep}mmm (',' for SRT, '.' for VTT)."""
+    ms = round(seconds * 1000)
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, ms = divmod(rest, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+
+
+def subtitles(cues: list[tuple[float, float, str]], kind: str) -> str:
+    """Render (start, end, text) cues as SRT or WebVTT."""
+    sep = "," if kind == "srt" else "."
+    blocks = [
+        (f"{n}\n" if kind == "srt" else "")
+        + f"{timestamp(start, sep)} --> {timestamp(end, sep)}\n{text}\n"
+        for n, (start, end, text) in enumerate(cues, 1)
+    ]
+    head = "WEBVTT\n\n" if kind == "vtt" else ""
+    return head + "\n".join(blocks)
+
+
+class Timeline:
+    """Sample offsets of each segment in the final audio, from the exact part lengths."""
+
+    def __init__(self, segments: list[Segment], rate: int) -> None:
+        self.rate = rate
+        self.starts: list[int] = []
+        cursor = 0
+        for n, segment in enumerate(segments):
+            self.starts.append(cursor)
+            cursor += segment.samples or 0
+            if n < len(segments) - 1:
+                cursor += self.gap(segment)
+        self.total = cursor
+
+    def gap(self, segment: Segment) -> int:
+        """Return the silence after a segment, in samples."""
+        return round(segment.pause_after * self.rate)
+
+
+def _blocks(segments: list[Segment], store: MediaStore, timeline: Timeline,
+            part_key: Callable[[Segment], str]) -> Iterator[Audio]:
+    for n, segment in enumerate(segments):
+        with store.open(part_key(segment)) as f:
+            audio, _ = sf.read(f, dtype="float32")
+        yield np.asarray(audio, dtype=np.float32)
+        if n < len(segments) - 1:
+            yield np.zeros(timeline.gap(segment), dtype=np.float32)
+
+
+def assemble(job: Job, segments: list[Segment], store: MediaStore, target: MediaStore,
+             part_key: Callable[[Segment], str]) -> dict[str, Any]:
+    """Write the job's media to `target`; return the result record (keys, not URLs)."""
+    with store.open(part_key(segments[0])) as f:
+        rate = sf.info(f).samplerate
+    timeline = Timeline(segments, rate)
+    fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], f"jobs/{job.id}"
+    result: dict[str, Any] = {"store": job.output_url, "sample_rate": rate,
+                              "duration_seconds": timeline.total / rate}
+    with tempfile.TemporaryDirectory(prefix="narrator-") as tmp:
+        main = Path(tmp) / f"audio.{ext}"
+        encode_blocks(_blocks(segments, store, timeline, part_key), rate, fmt, main)
+        target.put_file(str(main), f"{base}/audio.{ext}")
+        result |= {"key": f"{base}/audio.{ext}", "bytes": main.stat().st_size}
+        main.unlink()
+        chapters = []
+        for number, group in groupby(enumerate(segments), key=lambda pair: pair[1].chapter):
+            pairs = list(group)
+            members = [segment for _, segment in pairs]
+            first, last = pairs[0][0], pairs[-1][0]
+            start = timeline.starts[first]
+            end = timeline.starts[last] + (members[-1].samples or 0)
+            chapter: dict[str, Any] = {
+                "title": job.chapters[number].get("title") or f"Chapter {number + 1}",
+                "start_seconds": start / rate, "duration_seconds": (end - start) / rate,
+            }
+            if len(job.chapters) > 1:
+                path = Path(tmp) / f"chapter.{ext}"
+                sub = Timeline(members, rate)
+                encode_blocks(_blocks(members, store, sub, part_key), rate, fmt, path)
+                chapter["key"] = f"{base}/chapters/{number:03d}.{ext}"
+                target.put_file(str(path), chapter["key"])
+            chapters.append(chapter)
+        result["chapters"] = chapters
+    cues = [
+        (timeline.starts[n] / rate, (timeline.starts[n] + (s.samples or 0)) / rate, s.text)
+        for n, s in enumerate(segments)
+    ]
+    result["subtitles"] = {}
+    for kind in job.options.get("subtitles") or []:
+        key = f"{base}/subtitles.{kind}"
+        target.put(key, subtitles(cues, kind).encode())
+        result["subtitles"][kind] = key
+    manifest = {
+        "id": f"job_{job.id.hex}", "model": job.model, "voice": job.voice,
+        "response_format": fmt, "speed": job.speed, "options": job.options,
+        "sample_rate": rate,
+        "usage": {"input_characters": job.input_characters,
+                  "audio_seconds": timeline.total / rate},
+        "chapters": [{k: v for k, v in c.items() if k != "key"} for c in chapters],
+        "segments": [
+            {"index": s.index, "chapter": s.chapter, "chars": len(s.text),
+             "start_seconds": timeline.starts[n] / rate,
+             "duration_seconds": (s.samples or 0) / rate, "attempts": s.attempts}
+            for n, s in enumerate(segments)
+        ],
+    }
+    result["manifest_key"] = f"{base}/manifest.json"
+    target.put(result["manifest_key"], json.dumps(manifest, indent=1).encode())
+    return result

@@ -1,0 +1,118 @@
+"""Audio encoding: one streaming encoder per response format.
+
+libsndfile (soundfile) writes WAV, FLAC, MP3 and Ogg/Opus; PyAV (bundled ffmpeg) writes AAC.
+Every encoder takes an iterator of float32 blocks, so long audio never sits in memory whole.
+"""
+
+import io
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+import av
+import numpy as np
+import soundfile as sf
+import soxr
+
+from workers.engines import Audio
+from workers.formats import CONTENT_TYPES, EXTENSIONS
+
+__all__ = ["CONTENT_TYPES", "EXTENSIONS", "decode", "encode", "encode_to"]
+
+_SNDFILE = {
+    "wav": ("WAV", "PCM_16"),
+    "flac": ("FLAC", "PCM_16"),
+    "mp3": ("MP3", "MPEG_LAYER_III"),
+    "opus": ("OGG", "OPUS"),
+}
+OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+# libsndfile's Ogg writer crashes on very large single writes: feed it bounded blocks.
+MAX_BLOCK_SECONDS = 10
+
+Sink = str | Path | IO[bytes]
+
+
+def to_pcm16(audio: Audio) -> bytes:
+    """Convert float audio in [-1, 1] to 16-bit little-endian PCM bytes."""
+    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+def _bounded(blocks: Iterable[Audio], rate: int) -> Iterator[Audio]:
+    step = rate * MAX_BLOCK_SECONDS
+    for block in blocks:
+        for start in range(0, len(block), step):
+            yield block[start : start + step]
+
+
+def opus_rate(rate: int) -> int:
+    """Return the Opus rate to resample to: the input rate if Opus takes it, else 24 or 48 kHz."""
+    return rate if rate in OPUS_RATES else (24000 if rate <= 24000 else 48000)
+
+
+def _resampled(blocks: Iterable[Audio], rate: int, target: int) -> Iterator[Audio]:
+    if rate == target:
+        yield from blocks
+        return
+    stream = soxr.ResampleStream(rate, target, 1, dtype="float32", quality="HQ")
+    for block in blocks:
+        yield stream.resample_chunk(block)
+    yield stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
+
+
+def _encode_aac(blocks: Iterable[Audio], rate: int, sink: Sink) -> None:
+    with av.open(sink, mode="w", format="adts") as container:
+        stream = container.add_stream("aac", rate=rate, layout="mono")
+        for block in blocks:
+            pcm = (np.clip(block, -1.0, 1.0) * 32767.0).astype(np.int16).reshape(1, -1)
+            frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+            frame.sample_rate = rate
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+
+
+def encode_to(blocks: Iterable[Audio], rate: int, fmt: str, sink: Sink) -> None:
+    """Encode float32 blocks at `rate` into `fmt`, written to a path or binary file."""
+    blocks = _bounded(blocks, rate)
+    if fmt == "pcm":
+        out = open(sink, "wb") if isinstance(sink, str | Path) else sink  # noqa: SIM115
+        try:
+            for block in blocks:
+                out.write(to_pcm16(block))
+        finally:
+            if out is not sink:
+                out.close()
+        return
+    if fmt == "aac":
+        _encode_aac(blocks, rate, sink)
+        return
+    container, subtype = _SNDFILE[fmt]
+    if fmt == "opus":
+        target = opus_rate(rate)
+        blocks, rate = _bounded(_resampled(blocks, rate, target), target), target
+    with sf.SoundFile(sink, mode="w", samplerate=rate, channels=1, format=container,
+                      subtype=subtype) as f:
+        for block in blocks:
+            f.write(block)
+
+
+def encode(audio: Audio, rate: int, fmt: str) -> bytes:
+    """Encode one array in memory (sync responses)."""
+    buffer = io.BytesIO()
+    encode_to([audio], rate, fmt, buffer)
+    return buffer.getvalue()
+
+
+def decode(data: bytes | Sink) -> tuple[Audio, int]:
+    """Decode any container PyAV knows into mono float32 and its sample rate."""
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    with av.open(source) as container:
+        stream = container.streams.audio[0]
+        rate = int(stream.rate or stream.codec_context.sample_rate)
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+        parts = [
+            out.to_ndarray().reshape(-1)
+            for frame in container.decode(stream)
+            for out in resampler.resample(frame)
+        ]
+    audio = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+    return audio, rate

@@ -1,0 +1,166 @@
+"""The long-job pipeline as plain functions over ids: plan, synthesize, assemble.
+
+Tasks call these and enqueue whatever they return only after the session has committed.
+Every function re-reads its rows and is safe to run twice.
+"""
+
+import uuid
+from datetime import timedelta
+
+import structlog
+from sqlalchemy import exists, insert, select, update
+
+from models import Job, JobStatus, Segment, SegmentStatus, utcnow
+from models.db import session_scope
+from models.transitions import transition
+from storage import store_for
+from workers import assembly
+from workers.engines import SpeechRequest, get_engine
+from workers.settings import get_settings
+from workers.text import Gaps, plan_pieces
+
+log = structlog.get_logger()
+
+
+def part_key(job_id: uuid.UUID, index: int) -> str:
+    """Return the storage key of one segment's part."""
+    return f"jobs/{job_id}/parts/{index:06d}.flac"
+
+
+def plan(job_id: uuid.UUID) -> list[uuid.UUID]:
+    """Split a queued job into segments; return the ids of segments still to synthesise."""
+    settings = get_settings()
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            return []
+        if job.status == JobStatus.queued:
+            gaps = Gaps(settings.sentence_gap_seconds, settings.paragraph_gap_seconds,
+                        settings.chapter_gap_seconds)
+            language = (job.options.get("language") or "en")[:2]
+            texts = [chapter["input"] for chapter in job.chapters]
+            rows = [
+                {"id": uuid.uuid4(), "job_id": job_id, "index": n, "chapter": piece.chapter,
+                 "text": piece.text, "pause_after": piece.pause_after}
+                for n, piece in enumerate(
+                    plan_pieces(texts, settings.segment_chars, gaps, language))
+            ]
+            if rows:
+                session.execute(insert(Segment), rows)
+            transition(session, job_id, [JobStatus.queued], JobStatus.in_progress,
+                       detail={"segments": len(rows)}, started_at=utcnow(),
+                       segments_total=len(rows))
+            log.info("job.planned", job_id=str(job_id), segments=len(rows))
+        elif job.status != JobStatus.in_progress:
+            return []
+        pending = session.scalars(
+            select(Segment.id).where(Segment.job_id == job_id,
+                                     Segment.status == SegmentStatus.pending)
+            .order_by(Segment.index)
+        ).all()
+        if not pending and job.segments_done >= job.segments_total:
+            return [job_id]  # nothing to synthesise: the caller assembles
+    return list(pending)
+
+
+def synthesize(segment_id: uuid.UUID) -> uuid.UUID | None:
+    """Claim and synthesise one segment; return the job id if it was the last to finish."""
+    job_running = exists().where(Job.id == Segment.job_id, Job.status == JobStatus.in_progress)
+    with session_scope() as session:
+        claimed = session.execute(
+            update(Segment)
+            .where(Segment.id == segment_id, Segment.status == SegmentStatus.pending, job_running)
+            .values(status=SegmentStatus.running, attempts=Segment.attempts + 1,
+                    heartbeat_at=utcnow())
+            .returning(Segment.job_id, Segment.index, Segment.text)
+        ).first()
+        if claimed is None:
+            return None
+        job_id, index, text = claimed
+        job = session.get(Job, job_id)
+        assert job is not None
+        request = SpeechRequest(
+            text=text, voice=job.voice, speed=job.speed,
+            instructions=job.options.get("instructions"), language=job.options.get("language"),
+            seed=job.options.get("seed"), max_new_tokens=job.options.get("max_new_tokens"),
+            task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
+        )
+    engine = get_engine()
+    audio = engine.synthesize([request])[0]
+    store_for().put(part_key(job_id, index), assembly.flac_bytes(audio, engine.sample_rate))
+    seconds = len(audio) / engine.sample_rate
+    with session_scope() as session:
+        finished = session.execute(
+            update(Segment)
+            .where(Segment.id == segment_id, Segment.status == SegmentStatus.running)
+            .values(status=SegmentStatus.done, samples=len(audio), duration_seconds=seconds,
+                    heartbeat_at=utcnow(), error=None)
+            .returning(Segment.id)
+        ).first()
+        if finished is None:
+            return None
+        done, total, status = session.execute(
+            update(Job).where(Job.id == job_id)
+            .values(segments_done=Job.segments_done + 1,
+                    audio_seconds=Job.audio_seconds + seconds, updated_at=utcnow())
+            .returning(Job.segments_done, Job.segments_total, Job.status)
+        ).one()
+    log.info("segment.done", job_id=str(job_id), segment=index, seconds=round(seconds, 3))
+    return job_id if done >= total and status == JobStatus.in_progress else None
+
+
+def release(segment_id: uuid.UUID, error: str, max_attempts: int) -> bool:
+    """Put a failed segment back to pending; past the budget, fail it and its job.
+
+    Returns True when the segment may be retried.
+    """
+    with session_scope() as session:
+        row = session.execute(
+            select(Segment.job_id, Segment.attempts).where(Segment.id == segment_id)
+        ).first()
+        if row is None:
+            return False
+        job_id, attempts = row
+        retry = attempts < max_attempts
+        status = SegmentStatus.pending if retry else SegmentStatus.failed
+        session.execute(
+            update(Segment)
+            .where(Segment.id == segment_id, Segment.status == SegmentStatus.running)
+            .values(status=status, error=error[:2000])
+        )
+        if not retry:
+            session.execute(update(Job).where(Job.id == job_id)
+                            .values(segments_failed=Job.segments_failed + 1))
+            transition(session, job_id, [JobStatus.in_progress], JobStatus.failed,
+                       detail={"segment_id": str(segment_id)}, completed_at=utcnow(),
+                       error={"code": "segment_failed",
+                              "message": f"a segment failed {attempts} times: {error[:500]}"})
+    return retry
+
+
+def assemble(job_id: uuid.UUID) -> bool:
+    """Stitch the parts into the final media and mark the job completed; True if it did."""
+    settings = get_settings()
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        if job is None or job.status != JobStatus.in_progress:
+            return False
+        segments = session.scalars(
+            select(Segment).where(Segment.job_id == job_id).order_by(Segment.index)
+        ).all()
+        if any(s.status != SegmentStatus.done for s in segments):
+            return False
+        session.expunge_all()
+    store = store_for()
+    target = store_for(job.output_url) if job.output_url else store
+    result = assembly.assemble(job, list(segments), store, target,
+                               lambda s: part_key(job_id, s.index))
+    with session_scope() as session:
+        now = utcnow()
+        expires = now + timedelta(hours=settings.result_ttl_hours) \
+            if settings.result_ttl_hours else None
+        moved = transition(session, job_id, [JobStatus.in_progress], JobStatus.completed,
+                           result=result, completed_at=now, expires_at=expires,
+                           audio_seconds=result["duration_seconds"])
+    log.info("job.completed", job_id=str(job_id), seconds=result["duration_seconds"])
+    return moved is not None

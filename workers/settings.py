@@ -1,0 +1,47 @@
+"""Worker settings: broker, engine, and text and audio choices."""
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WorkerSettings(BaseSettings):
+    """Settings read by Celery workers (and by the API for the broker and the catalogue)."""
+
+    model_config = SettingsConfigDict(env_prefix="NARRATOR_", extra="ignore")
+
+    data_dir: Path = Path("./narrator-data")
+    broker_url: str = ""
+    broker_poll_seconds: float = 0.01
+    engine: str = "piper"
+    model: str = ""
+    segment_chars: int = 400
+    sentence_gap_seconds: float = 0.25
+    paragraph_gap_seconds: float = 0.6
+    chapter_gap_seconds: float = 1.5
+    segment_max_attempts: int = 3
+    sync_timeout_seconds: float = 120.0
+    webhook_secret: str = ""
+    result_ttl_hours: int = 0
+
+    @property
+    def embedded_broker(self) -> bool:
+        """Say whether the broker is the embedded filesystem transport."""
+        return not self.broker_url or self.broker_url.startswith("filesystem")
+
+    @property
+    def broker_dir(self) -> Path:
+        """Return the embedded broker's folder."""
+        return (self.data_dir / "broker").resolve()
+
+    @property
+    def channel_dir(self) -> Path:
+        """Return the embedded result channels' folder."""
+        return (self.data_dir / "channels").resolve()
+
+
+@lru_cache
+def get_settings() -> WorkerSettings:
+    """Return the process-wide worker settings."""
+    return WorkerSettings()

@@ -1,0 +1,37 @@
+"""The sync path on the worker side: speak one request and answer on its channel."""
+
+from typing import Any
+
+import structlog
+
+from workers.audio import CONTENT_TYPES, encode
+from workers.channel import Message, channel_for
+from workers.engines import SpeechRequest, get_engine
+from workers.settings import get_settings
+
+log = structlog.get_logger()
+
+
+def speak(payload: dict[str, Any]) -> None:
+    """Synthesise `payload` and publish the encoded audio (or the error) on its channel."""
+    request_id = payload["request_id"]
+    channel = channel_for(get_settings())
+    try:
+        engine = get_engine()
+        request = SpeechRequest(
+            text=payload["input"], voice=payload["voice"], speed=payload.get("speed", 1.0),
+            instructions=payload.get("instructions"), language=payload.get("language"),
+            seed=payload.get("seed"), max_new_tokens=payload.get("max_new_tokens"),
+            task_type=payload.get("task_type"), request_id=request_id, realtime=True,
+        )
+        audio = engine.synthesize([request])[0]
+        fmt = payload["response_format"]
+        data = encode(audio, engine.sample_rate, fmt)
+    except Exception as exc:
+        log.exception("speech.failed", request_id=request_id)
+        channel.publish(request_id, Message("error", {"message": str(exc)[:500]}))
+        return
+    meta = {"sample_rate": engine.sample_rate, "duration": len(audio) / engine.sample_rate,
+            "content_type": CONTENT_TYPES[fmt]}
+    channel.publish(request_id, Message("end", meta, data))
+    log.info("speech.done", request_id=request_id, seconds=round(meta["duration"], 3))

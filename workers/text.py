@@ -1,0 +1,108 @@
+"""Text processing: clean, split into sentences (pysbd) and pack into segments."""
+
+import re
+import unicodedata
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]")
+_BLANK_LINES = re.compile(r"\n\s*\n")
+_SPACES = re.compile(r"\s+")
+
+
+def clean(text: str) -> str:
+    """Normalise Unicode (NFC), drop control characters and unify line endings."""
+    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n")
+    return _CONTROL.sub("", text).replace("\t", " ")
+
+
+def speakable(text: str) -> bool:
+    """Say whether the cleaned text has anything to pronounce (a letter or a digit)."""
+    return any(ch.isalnum() for ch in text)
+
+
+def paragraphs(text: str) -> Iterator[str]:
+    """Yield paragraphs (split on blank lines) with their whitespace collapsed."""
+    for block in _BLANK_LINES.split(text):
+        block = _SPACES.sub(" ", block).strip()
+        if block:
+            yield block
+
+
+@lru_cache
+def _segmenter(language: str) -> Any:
+    import pysbd
+
+    try:
+        return pysbd.Segmenter(language=language, clean=False)
+    except ValueError:
+        return pysbd.Segmenter(language="en", clean=False)
+
+
+def sentences(paragraph: str, language: str = "en") -> list[str]:
+    """Split a paragraph into sentences with pysbd."""
+    return [s.strip() for s in _segmenter(language).segment(paragraph) if s.strip()]
+
+
+def _hard_split(sentence: str, limit: int) -> Iterator[str]:
+    """Split a sentence that alone is over the limit at word boundaries."""
+    piece = ""
+    for word in sentence.split(" "):
+        if piece and len(piece) + 1 + len(word) > limit:
+            yield piece
+            piece = ""
+        piece = f"{piece} {word}" if piece else word
+        while len(piece) > limit:
+            yield piece[:limit]
+            piece = piece[limit:]
+    if piece:
+        yield piece
+
+
+def pack(items: Iterable[str], limit: int) -> Iterator[str]:
+    """Greedily join sentences into pieces of at most `limit` characters."""
+    piece = ""
+    for sentence in items:
+        for part in _hard_split(sentence, limit) if len(sentence) > limit else (sentence,):
+            if piece and len(piece) + 1 + len(part) > limit:
+                yield piece
+                piece = ""
+            piece = f"{piece} {part}" if piece else part
+    if piece:
+        yield piece
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One planned segment: its chapter, text and the silence after it."""
+
+    chapter: int
+    text: str
+    pause_after: float
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """Silences inserted between segments, paragraphs and chapters, in seconds."""
+
+    segment: float = 0.25
+    paragraph: float = 0.6
+    chapter: float = 1.5
+
+
+def plan_pieces(chapters: list[str], limit: int, gaps: Gaps,
+                language: str = "en") -> Iterator[Piece]:
+    """Yield the segments of a job: chapters, then paragraphs, then packed sentences."""
+    for number, text in enumerate(chapters):
+        pending: Piece | None = None
+        for paragraph in paragraphs(clean(text)):
+            if pending is not None:
+                yield Piece(pending.chapter, pending.text, gaps.paragraph)
+            pieces = list(pack(sentences(paragraph, language), limit))
+            for text_piece in pieces[:-1]:
+                yield Piece(number, text_piece, gaps.segment)
+            pending = Piece(number, pieces[-1], gaps.segment) if pieces else None
+        if pending is not None:
+            yield Piece(pending.chapter, pending.text, gaps.chapter)
