@@ -13,6 +13,16 @@ import typer
 
 cli = typer.Typer(help="Narrator: a self-hosted text-to-speech job platform.",
                   no_args_is_help=True, add_completion=False)
+
+
+@cli.callback()
+def _setup(log_level: Annotated[str, typer.Option(envvar="NARRATOR_LOG_LEVEL")] = "INFO",
+           log_json: Annotated[bool | None, typer.Option(envvar="NARRATOR_LOG_JSON")] = None,
+           ) -> None:
+    """Configure logging for every command."""
+    from narrator.logs import configure
+
+    configure(log_level.upper(), log_json)
 UrlOpt = Annotated[str, typer.Option("--url", envvar="NARRATOR_URL", help="API base URL")]
 KeyOpt = Annotated[str, typer.Option("--api-key", envvar="NARRATOR_API_KEY")]
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -53,7 +63,7 @@ def worker(
     settings = get_settings()
     pool = pool or ("solo" if settings.engine == "piper" else "threads")
     argv = ["worker", "-Q", queues, "--pool", pool, "-l", loglevel, "--without-mingle",
-            "--without-gossip"]
+            "--without-gossip", "--without-heartbeat"]
     if concurrency:
         argv += ["-c", str(concurrency)]
     celery_app.worker_main(argv)
@@ -66,8 +76,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
 
     upgrade()
     # -P: keep the working directory off sys.path in the child too.
-    child = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "worker", "--loglevel",
-                              "WARNING"], env=os.environ.copy())
+    child = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "worker"],
+                             env=os.environ.copy())
     typer.echo(f"Narrator on http://{host}:{port} (worker pid {child.pid}); Ctrl-C stops it")
     try:
         api(host=host, port=port, workers=1)

@@ -48,6 +48,7 @@ def make_app(settings: WorkerSettings | None = None) -> Celery:
         accept_content=["json"],
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
         worker_enable_remote_control=not settings.embedded_broker,
         worker_send_task_events=False,
         broker_heartbeat=0,

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Quickstart 2: install everything into .venv, find or start Postgres and Redis, then run
+# ruff, mypy and pytest. Extra arguments go to pytest.
+EXTRAS="dev" source "$(dirname "$0")/bootstrap.sh"
+SERVICES="$ROOT/.test-services"
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Postgres refuses to run as root: initdb and the server run as the postgres user.
+as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else sudo -u postgres "$@"; fi; }
+
+start_postgres() {  # a throwaway cluster on loopback, from Debian's packages
+  local port=55432 bindir
+  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    as_root apt-get update -qq && as_root apt-get install -y -qq postgresql >/dev/null
+  fi
+  bindir="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+  mkdir -p "$SERVICES"
+  if [ ! -f "$SERVICES/pg/PG_VERSION" ]; then
+    as_root install -d -o postgres -g postgres "$SERVICES/pg"
+    as_postgres "$bindir/initdb" -D "$SERVICES/pg" -U postgres -A trust >/dev/null
+  fi
+  if ! port_open $port; then
+    as_postgres "$bindir/pg_ctl" -D "$SERVICES/pg" -l "$SERVICES/pg/server.log" -w \
+      -o "-p $port -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null
+  fi
+  export NARRATOR_TEST_DATABASE_URL="postgresql://postgres@127.0.0.1:$port/postgres"
+}
+
+start_redis() {  # a throwaway server on loopback, from Debian's packages
+  local port=56379
+  command -v redis-server >/dev/null || {
+    as_root apt-get update -qq && as_root apt-get install -y -qq redis-server >/dev/null; }
+  port_open $port || redis-server --daemonize yes --bind 127.0.0.1 --port $port --save "" \
+    --appendonly no --dir /tmp >/dev/null
+  export NARRATOR_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
+}
+
+if [ -z "${NARRATOR_TEST_DATABASE_URL:-}" ]; then
+  if port_open 5432 && [ -z "${NARRATOR_TEST_OWN_SERVICES:-}" ]; then
+    export NARRATOR_TEST_DATABASE_URL="postgresql://postgres@127.0.0.1:5432/postgres"
+  else
+    start_postgres
+  fi
+fi
+if [ -z "${NARRATOR_TEST_REDIS_URL:-}" ]; then
+  if port_open 6379 && [ -z "${NARRATOR_TEST_OWN_SERVICES:-}" ]; then
+    export NARRATOR_TEST_REDIS_URL="redis://127.0.0.1:6379/0"
+  else
+    start_redis
+  fi
+fi
+echo "test: database $NARRATOR_TEST_DATABASE_URL, redis $NARRATOR_TEST_REDIS_URL" >&2
+
+.venv/bin/ruff check .
+.venv/bin/mypy
+.venv/bin/pytest "$@"

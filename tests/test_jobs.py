@@ -1,0 +1,207 @@
+"""Async jobs end to end: real worker, Postgres, Redis, Piper, local disk and S3."""
+
+import json
+import time
+import uuid
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+from sqlalchemy import Engine, text
+
+from tests.conftest import count_jobs, error_of
+from tests.support import Stack, audio_stats, wait_job
+
+BOOK = {
+    "chapters": [
+        {"title": "The Start", "input": "It was a quiet morning. The kettle sang.\n\n"
+                                        "Nobody answered the door."},
+        {"title": "The End", "input": "By noon the rain had stopped. Everyone went home."},
+    ],
+    "response_format": "mp3",
+    "subtitles": ["srt", "vtt"],
+    "metadata": {"book": "test", "n": 1},
+}
+
+
+def _uuid(job_id: str) -> str:
+    return str(uuid.UUID(hex=job_id.removeprefix("job_")))
+
+
+def test_chaptered_job_completes_to_local_disk(local_stack: Stack, db: Engine) -> None:
+    with local_stack.client() as http:
+        created = http.post("/v1/audio/jobs", json=BOOK)
+        assert created.status_code == 202
+        job = created.json()
+        assert created.headers["location"] == f"/v1/audio/jobs/{job['id']}"
+        assert job["status"] == "queued" and job["metadata"] == BOOK["metadata"]
+        job = wait_job(http, job["id"])
+        assert job["status"] == "completed", job
+        assert job["progress"] == 100 and job["segments"]["done"] == job["segments"]["total"]
+        result = job["result"]
+        audio = http.get(result["url"])
+        assert audio.headers["content-type"] == "audio/mpeg"
+        duration, rms = audio_stats(audio.content, "mp3")
+        assert abs(duration - result["duration_seconds"]) < 0.1 and rms > 0.02
+        assert result["bytes"] == len(audio.content)
+        assert [c["title"] for c in result["chapters"]] == ["The Start", "The End"]
+        second = result["chapters"][1]
+        assert second["start_seconds"] > result["chapters"][0]["duration_seconds"]
+        chapter_audio = http.get(second["url"])
+        chapter_seconds, _ = audio_stats(chapter_audio.content, "mp3")
+        assert abs(chapter_seconds - second["duration_seconds"]) < 0.1
+        srt = http.get(result["subtitles"]["srt"]).text
+        vtt = http.get(result["subtitles"]["vtt"]).text
+        assert srt.startswith("1\n00:00:00,000 --> ") and "The kettle sang." in srt
+        assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> ")
+        manifest = http.get(result["manifest_url"]).json()
+    segments = manifest["segments"]
+    assert [s["chapter"] for s in segments] == [0, 0, 1]
+    assert all(s["attempts"] == 1 for s in segments)
+    last = segments[-1]
+    assert abs(last["start_seconds"] + last["duration_seconds"] - duration) < 0.1
+    assert manifest["usage"]["input_characters"] == job["usage"]["input_characters"]
+    assert local_stack.media is not None
+    folder = local_stack.media / "jobs" / _uuid(job["id"])
+    assert (folder / "audio.mp3").stat().st_size == result["bytes"]
+    with db.connect() as connection:
+        events = connection.execute(text(
+            "SELECT from_status, to_status FROM job_events WHERE job_id = :id ORDER BY id"),
+            {"id": _uuid(job["id"])}).all()
+    assert [tuple(e) for e in events] == [("queued", "in_progress"),
+                                          ("in_progress", "completed")]
+
+
+def test_job_completes_to_s3_with_presigned_urls(s3_stack: Stack) -> None:
+    with s3_stack.client() as http:
+        job = http.post("/v1/audio/jobs", json={"input": "Stored in S3. Fetched by URL.",
+                                                "response_format": "flac",
+                                                "subtitles": ["vtt"]}).json()
+        job = wait_job(http, job["id"])
+    assert job["status"] == "completed", job
+    result = job["result"]
+    assert "X-Amz-Signature=" in result["url"]
+    audio = httpx.get(result["url"])  # no API key, no API: straight from S3
+    assert audio.status_code == 200
+    duration, rms = audio_stats(audio.content, "flac")
+    assert abs(duration - result["duration_seconds"]) < 0.01 and rms > 0.02
+    assert httpx.get(result["subtitles"]["vtt"]).text.startswith("WEBVTT")
+    s3 = s3_stack.extra
+    client = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
+                          aws_secret_access_key=s3["secret"], region_name="us-east-1")
+    key = f"narrator/jobs/{_uuid(job['id'])}/audio.flac"
+    assert client.head_object(Bucket=s3["bucket"], Key=key)["ContentLength"] == result["bytes"]
+    with s3_stack.client() as http:
+        streamed = http.get(f"/v1/audio/jobs/{job['id']}/content")
+        assert streamed.content == audio.content
+        assert http.delete(f"/v1/audio/jobs/{job['id']}").json()["deleted"] is True
+    with pytest.raises(client.exceptions.ClientError):
+        client.head_object(Bucket=s3["bucket"], Key=key)
+
+
+def test_list_pages_newest_first_with_a_cursor(local_stack: Stack) -> None:
+    with local_stack.client() as http:
+        ids = [http.post("/v1/audio/jobs", json={"input": f"Listing job {n}."}).json()["id"]
+               for n in range(3)]
+        first = http.get("/v1/audio/jobs", params={"limit": 2}).json()
+        assert first["object"] == "list" and first["has_more"] is True
+        assert [j["id"] for j in first["data"]] == [ids[2], ids[1]]
+        second = http.get("/v1/audio/jobs", params={"limit": 1, "after": first["last_id"]})
+        assert [j["id"] for j in second.json()["data"]] == [ids[0]]
+        for job_id in ids:
+            wait_job(http, job_id)
+        done = http.get("/v1/audio/jobs", params={"status": "completed", "limit": 100}).json()
+        assert set(ids) <= {j["id"] for j in done["data"]}
+
+
+def test_idempotency_key_returns_the_same_job(local_stack: Stack, db: Engine) -> None:
+    key = {"Idempotency-Key": f"key-{uuid.uuid4()}"}
+    body: dict[str, Any] = {"input": "Only once, please."}
+    with local_stack.client() as http:
+        before = count_jobs(db)
+        first = http.post("/v1/audio/jobs", json=body, headers=key)
+        again = http.post("/v1/audio/jobs", json=body, headers=key)
+        assert first.status_code == again.status_code == 202
+        assert first.json()["id"] == again.json()["id"]
+        assert again.headers["idempotent-replayed"] == "true"
+        other = http.post("/v1/audio/jobs", json={"input": "Something else."}, headers=key)
+        assert other.status_code == 409
+        assert error_of(other)["code"] == "idempotency_key_reused"
+        assert count_jobs(db) == before + 1
+        wait_job(http, first.json()["id"])
+
+
+def test_cancel_mid_job_stops_synthesis(local_stack: Stack, db: Engine) -> None:
+    paragraph = "This sentence is here to make the job long enough to cancel. " * 6
+    body = {"input": "\n\n".join([paragraph] * 20), "response_format": "wav"}
+    with local_stack.client() as http:
+        job = http.post("/v1/audio/jobs", json=body).json()
+        running = wait_job(http, job["id"], until=("in_progress",))
+        deadline = time.monotonic() + 60
+        while running["segments"]["done"] < 1 and time.monotonic() < deadline:
+            running = http.get(f"/v1/audio/jobs/{job['id']}").json()
+        cancelled = http.post(f"/v1/audio/jobs/{job['id']}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        done_at_cancel = cancelled.json()["segments"]["done"]
+        time.sleep(4)  # long enough for several more segments, had they not been stopped
+        final = http.get(f"/v1/audio/jobs/{job['id']}").json()
+        assert final["status"] == "cancelled"
+        assert final["segments"]["done"] <= done_at_cancel + 1  # at most the one in flight
+        assert final["segments"]["total"] > final["segments"]["done"] + 5
+        content = http.get(f"/v1/audio/jobs/{job['id']}/content")
+        assert content.status_code == 409 and error_of(content)["code"] == "job_not_completed"
+        again = http.post(f"/v1/audio/jobs/{job['id']}/cancel")
+        assert again.status_code == 200
+    with db.connect() as connection:
+        counts = dict(connection.execute(text(
+            "SELECT status, count(*) FROM segments WHERE job_id = :id GROUP BY status"),
+            {"id": _uuid(job["id"])}).all())
+    assert counts.get("running", 0) == 0
+    assert counts.get("done", 0) == final["segments"]["done"]
+
+
+def test_cancel_after_completion_is_a_conflict(local_stack: Stack) -> None:
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json={"input": "Quick."}).json()["id"])
+        response = http.post(f"/v1/audio/jobs/{job['id']}/cancel")
+    assert response.status_code == 409 and error_of(response)["code"] == "job_finished"
+
+
+def test_delete_removes_media_and_hides_the_job(local_stack: Stack) -> None:
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json={"input": "Delete me."}
+                                       ).json()["id"])
+        assert local_stack.media is not None
+        folder = local_stack.media / "jobs" / _uuid(job["id"])
+        assert folder.exists()
+        deleted = http.delete(f"/v1/audio/jobs/{job['id']}")
+        assert deleted.json() == {"id": job["id"], "object": "audio.job.deleted",
+                                  "deleted": True}
+        assert not folder.exists()
+        missing = http.get(f"/v1/audio/jobs/{job['id']}")
+        assert missing.status_code == 404 and error_of(missing)["type"] == "not_found_error" \
+            or error_of(missing)["code"] == "not_found"
+
+
+@pytest.mark.parametrize("job_id", ["job_" + "0" * 32, "not-a-job", "job_zz"])
+def test_unknown_job_is_404(local_stack: Stack, job_id: str) -> None:
+    with local_stack.client() as http:
+        for response in (http.get(f"/v1/audio/jobs/{job_id}"),
+                         http.get(f"/v1/audio/jobs/{job_id}/content"),
+                         http.post(f"/v1/audio/jobs/{job_id}/cancel"),
+                         http.delete(f"/v1/audio/jobs/{job_id}")):
+            assert response.status_code == 404
+            assert error_of(response)["param"] == "job_id"
+
+
+def test_manifest_is_valid_json_with_settings(local_stack: Stack) -> None:
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json={
+            "input": "Manifest check.", "speed": 1.25}).json()["id"])
+        manifest = json.loads(http.get(f"/v1/audio/jobs/{job['id']}/content",
+                                       params={"variant": "manifest"}).content)
+        missing = http.get(f"/v1/audio/jobs/{job['id']}/content",
+                           params={"variant": "subtitles_srt"})
+    assert manifest["speed"] == 1.25 and manifest["voice"] == "joe"
+    assert missing.status_code == 404
