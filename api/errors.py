@@ -6,6 +6,7 @@ import orjson
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
@@ -56,9 +57,14 @@ _STATUS_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not
                  429: "rate_limit_error"}
 
 
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "literal", "none"}
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     first = exc.errors()[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    # Union members add their type to the location ('voice.str'): keep field names only.
+    loc = [str(p) for p in first.get("loc", ())
+           if p != "body" and not (isinstance(p, str) and (p in _TYPE_TAGS or p[:1].isupper()))]
     param = ".".join(loc) or None
     if first.get("type") == "json_invalid":
         return "the request body is not valid JSON: " + str(first.get("ctx", {}).get(
@@ -90,6 +96,16 @@ def install(app: FastAPI) -> None:
             _body(str(exc.detail), _STATUS_TYPES.get(exc.status_code, "invalid_request_error"),
                   None, None),
             status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: DBAPIError) -> Json:
+        unreachable = isinstance(exc, OperationalError | InterfaceError)
+        if not exc.connection_invalidated and not unreachable:
+            return await _unexpected(request, exc)
+        log.warning("database.unavailable", path=request.url.path, error=str(exc.orig))
+        return Json(_body("the database is unreachable; retry shortly", "service_unavailable",
+                          None, "dependency_unavailable"),
+                    status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Json:

@@ -41,7 +41,7 @@ def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...]) -> tuple[ModelI
 def text_field(text: str, param: str, limit: int, hint: str = "") -> str:
     """Clean `text` and check it is speakable and within `limit` characters."""
     cleaned = clean(text).strip()
-    if not cleaned:
+    if not text.strip():
         raise bad_request(f"{param}: must not be empty", param, "empty_input")
     if not speakable(cleaned):
         raise bad_request(f"{param}: has nothing to speak (only control characters, "

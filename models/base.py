@@ -4,11 +4,12 @@ import os
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, MetaData
+from sqlalchemy import JSON, DateTime, Dialect, MetaData
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.types import TypeDecorator
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -19,14 +20,31 @@ NAMING_CONVENTION = {
 }
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
-Timestamp = DateTime(timezone=True)
+
+
+class Timestamp(TypeDecorator[datetime]):
+    """timestamptz on Postgres; on SQLite, which drops the zone, values come back as UTC."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Store UTC."""
+        return value.astimezone(UTC) if value is not None and value.tzinfo else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Return aware datetimes whatever the backend kept."""
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
 
 
 class Base(DeclarativeBase):
     """Base class of every mapped table."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JsonType, datetime: Timestamp}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JsonType,
+                                                     datetime: Timestamp()}
 
 
 def utcnow() -> datetime:

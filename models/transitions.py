@@ -12,7 +12,8 @@ from models.base import utcnow
 from models.job import Job, JobEvent, JobStatus
 
 
-def _update(job_id: uuid.UUID, expected: JobStatus, to: JobStatus, values: dict[str, Any]) -> Update:
+def _update(job_id: uuid.UUID, expected: JobStatus, to: JobStatus,
+            values: dict[str, Any]) -> Update:
     return (
         update(Job)
         .where(Job.id == job_id, Job.status == expected)

@@ -165,5 +165,6 @@ def error_of(response: Any) -> dict[str, Any]:
     assert set(body) >= {"error"}, body
     error: dict[str, Any] = body["error"]
     assert set(error) == {"message", "type", "param", "code"}, error
-    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["message"], str)
+    assert error["message"]
     return error

@@ -35,15 +35,18 @@ def test_chaptered_job_completes_to_local_disk(local_stack: Stack, db: Engine) -
         assert created.status_code == 202
         job = created.json()
         assert created.headers["location"] == f"/v1/audio/jobs/{job['id']}"
-        assert job["status"] == "queued" and job["metadata"] == BOOK["metadata"]
+        assert job["status"] == "queued"
+        assert job["metadata"] == BOOK["metadata"]
         job = wait_job(http, job["id"])
         assert job["status"] == "completed", job
-        assert job["progress"] == 100 and job["segments"]["done"] == job["segments"]["total"]
+        assert job["progress"] == 100
+        assert job["segments"]["done"] == job["segments"]["total"]
         result = job["result"]
         audio = http.get(result["url"])
         assert audio.headers["content-type"] == "audio/mpeg"
         duration, rms = audio_stats(audio.content, "mp3")
-        assert abs(duration - result["duration_seconds"]) < 0.1 and rms > 0.02
+        assert abs(duration - result["duration_seconds"]) < 0.1
+        assert rms > 0.02
         assert result["bytes"] == len(audio.content)
         assert [c["title"] for c in result["chapters"]] == ["The Start", "The End"]
         second = result["chapters"][1]
@@ -53,7 +56,8 @@ def test_chaptered_job_completes_to_local_disk(local_stack: Stack, db: Engine) -
         assert abs(chapter_seconds - second["duration_seconds"]) < 0.1
         srt = http.get(result["subtitles"]["srt"]).text
         vtt = http.get(result["subtitles"]["vtt"]).text
-        assert srt.startswith("1\n00:00:00,000 --> ") and "The kettle sang." in srt
+        assert srt.startswith("1\n00:00:00,000 --> ")
+        assert "The kettle sang." in srt
         assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> ")
         manifest = http.get(result["manifest_url"]).json()
     segments = manifest["segments"]
@@ -85,7 +89,8 @@ def test_job_completes_to_s3_with_presigned_urls(s3_stack: Stack) -> None:
     audio = httpx.get(result["url"])  # no API key, no API: straight from S3
     assert audio.status_code == 200
     duration, rms = audio_stats(audio.content, "flac")
-    assert abs(duration - result["duration_seconds"]) < 0.01 and rms > 0.02
+    assert abs(duration - result["duration_seconds"]) < 0.01
+    assert rms > 0.02
     assert httpx.get(result["subtitles"]["vtt"]).text.startswith("WEBVTT")
     s3 = s3_stack.extra
     client = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
@@ -105,7 +110,8 @@ def test_list_pages_newest_first_with_a_cursor(local_stack: Stack) -> None:
         ids = [http.post("/v1/audio/jobs", json={"input": f"Listing job {n}."}).json()["id"]
                for n in range(3)]
         first = http.get("/v1/audio/jobs", params={"limit": 2}).json()
-        assert first["object"] == "list" and first["has_more"] is True
+        assert first["object"] == "list"
+        assert first["has_more"] is True
         assert [j["id"] for j in first["data"]] == [ids[2], ids[1]]
         second = http.get("/v1/audio/jobs", params={"limit": 1, "after": first["last_id"]})
         assert [j["id"] for j in second.json()["data"]] == [ids[0]]
@@ -142,7 +148,8 @@ def test_cancel_mid_job_stops_synthesis(local_stack: Stack, db: Engine) -> None:
         while running["segments"]["done"] < 1 and time.monotonic() < deadline:
             running = http.get(f"/v1/audio/jobs/{job['id']}").json()
         cancelled = http.post(f"/v1/audio/jobs/{job['id']}/cancel")
-        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        assert cancelled.status_code == 200
+        assert cancelled.json()["status"] == "cancelled"
         done_at_cancel = cancelled.json()["segments"]["done"]
         time.sleep(4)  # long enough for several more segments, had they not been stopped
         final = http.get(f"/v1/audio/jobs/{job['id']}").json()
@@ -150,11 +157,12 @@ def test_cancel_mid_job_stops_synthesis(local_stack: Stack, db: Engine) -> None:
         assert final["segments"]["done"] <= done_at_cancel + 1  # at most the one in flight
         assert final["segments"]["total"] > final["segments"]["done"] + 5
         content = http.get(f"/v1/audio/jobs/{job['id']}/content")
-        assert content.status_code == 409 and error_of(content)["code"] == "job_not_completed"
+        assert content.status_code == 409
+        assert error_of(content)["code"] == "job_not_completed"
         again = http.post(f"/v1/audio/jobs/{job['id']}/cancel")
         assert again.status_code == 200
     with db.connect() as connection:
-        counts = dict(connection.execute(text(
+        counts: dict[str, int] = dict(connection.execute(text(
             "SELECT status, count(*) FROM segments WHERE job_id = :id GROUP BY status"),
             {"id": _uuid(job["id"])}).all())
     assert counts.get("running", 0) == 0
@@ -165,7 +173,8 @@ def test_cancel_after_completion_is_a_conflict(local_stack: Stack) -> None:
     with local_stack.client() as http:
         job = wait_job(http, http.post("/v1/audio/jobs", json={"input": "Quick."}).json()["id"])
         response = http.post(f"/v1/audio/jobs/{job['id']}/cancel")
-    assert response.status_code == 409 and error_of(response)["code"] == "job_finished"
+    assert response.status_code == 409
+    assert error_of(response)["code"] == "job_finished"
 
 
 def test_delete_removes_media_and_hides_the_job(local_stack: Stack) -> None:
@@ -180,7 +189,7 @@ def test_delete_removes_media_and_hides_the_job(local_stack: Stack) -> None:
                                   "deleted": True}
         assert not folder.exists()
         missing = http.get(f"/v1/audio/jobs/{job['id']}")
-        assert missing.status_code == 404 and error_of(missing)["type"] == "not_found_error" \
+        assert (missing.status_code == 404 and error_of(missing)["type"] == "not_found_error") \
             or error_of(missing)["code"] == "not_found"
 
 
@@ -203,5 +212,6 @@ def test_manifest_is_valid_json_with_settings(local_stack: Stack) -> None:
                                        params={"variant": "manifest"}).content)
         missing = http.get(f"/v1/audio/jobs/{job['id']}/content",
                            params={"variant": "subtitles_srt"})
-    assert manifest["speed"] == 1.25 and manifest["voice"] == "joe"
+    assert manifest["speed"] == 1.25
+    assert manifest["voice"] == "joe"
     assert missing.status_code == 404

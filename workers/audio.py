@@ -105,7 +105,7 @@ def encode(audio: Audio, rate: int, fmt: str) -> bytes:
 def decode(data: bytes | Sink) -> tuple[Audio, int]:
     """Decode any container PyAV knows into mono float32 and its sample rate."""
     source = io.BytesIO(data) if isinstance(data, bytes) else data
-    with av.open(source) as container:
+    with av.open(source, mode="r") as container:
         stream = container.streams.audio[0]
         rate = int(stream.rate or stream.codec_context.sample_rate)
         resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)

@@ -54,8 +54,8 @@ class Channel(Protocol):
 
     def publish(self, request_id: str, message: Message) -> None: ...
 
-    def listen(self, request_id: str, first_timeout: float,
-               timeout: float) -> AsyncIterator[Message]: ...
+    def listen(self, request_id: str, first_wait: float,
+               idle_wait: float) -> AsyncIterator[Message]: ...
 
 
 class RedisChannel:
@@ -80,15 +80,16 @@ class RedisChannel:
         pipe.expire(self.key(request_id), STREAM_TTL_SECONDS)
         pipe.execute()
 
-    async def listen(self, request_id: str, first_timeout: float,
-                     timeout: float) -> AsyncIterator[Message]:
+    async def listen(self, request_id: str, first_wait: float,
+                     idle_wait: float) -> AsyncIterator[Message]:
         """Yield frames until end or error; raise ChannelTimeout when the worker goes quiet."""
         if self._async is None:
             self._async = aioredis.Redis.from_url(self.url)
-        key, last, wait = self.key(request_id), "0", first_timeout
+        key, last, wait = self.key(request_id), "0", first_wait
         try:
             while True:
-                reply = await self._async.xread({key: last}, block=int(wait * 1000), count=64)
+                reply: Any = await self._async.xread({key: last}, block=int(wait * 1000),
+                                                     count=64)
                 if not reply:
                     raise ChannelTimeout(request_id)
                 for entry_id, fields in reply[0][1]:
@@ -97,7 +98,7 @@ class RedisChannel:
                     yield message
                     if message.kind in ("end", "error"):
                         return
-                wait = timeout
+                wait = idle_wait
         finally:
             await self._async.delete(key)
 
@@ -117,11 +118,11 @@ class FileChannel:
         tmp.write_bytes(message.pack())
         os.replace(tmp, folder / f"{seq:06d}")
 
-    async def listen(self, request_id: str, first_timeout: float,
-                     timeout: float) -> AsyncIterator[Message]:
+    async def listen(self, request_id: str, first_wait: float,
+                     idle_wait: float) -> AsyncIterator[Message]:
         """Yield frames until end or error; raise ChannelTimeout when the worker goes quiet."""
         folder, seq = self.root / request_id, 0
-        deadline = time.monotonic() + first_timeout
+        deadline = time.monotonic() + first_wait
         try:
             while True:
                 path = folder / f"{seq:06d}"
@@ -133,7 +134,7 @@ class FileChannel:
                     await asyncio.sleep(FILE_POLL_SECONDS)
                     continue
                 seq += 1
-                deadline = time.monotonic() + timeout
+                deadline = time.monotonic() + idle_wait
                 message = Message.unpack(raw)
                 yield message
                 if message.kind in ("end", "error"):

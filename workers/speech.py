@@ -31,7 +31,8 @@ def speak(payload: dict[str, Any]) -> None:
         log.exception("speech.failed", request_id=request_id)
         channel.publish(request_id, Message("error", {"message": str(exc)[:500]}))
         return
-    meta = {"sample_rate": engine.sample_rate, "duration": len(audio) / engine.sample_rate,
-            "content_type": CONTENT_TYPES[fmt]}
+    meta: dict[str, Any] = {"sample_rate": engine.sample_rate,
+                            "duration": len(audio) / engine.sample_rate,
+                            "content_type": CONTENT_TYPES[fmt]}
     channel.publish(request_id, Message("end", meta, data))
     log.info("speech.done", request_id=request_id, seconds=round(meta["duration"], 3))

@@ -3,11 +3,11 @@
 from typing import Any
 
 import anyio
+from fastapi import APIRouter
 from sqlalchemy import text
 
 from api.errors import Json
 from api.state import StateDep
-from fastapi import APIRouter
 
 router = APIRouter()
 

@@ -62,9 +62,12 @@ async def _load(session: SessionDep, job_id: str, owner: str) -> Job:
 
 
 def _chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, Any]]:
-    if (body.input is None) == (body.chapters is None):
-        raise bad_request("input: give either 'input' or 'chapters', not both or neither",
-                          "input", "invalid_value")
+    if body.input is None and body.chapters is None:
+        raise bad_request("input: this field is required (or give 'chapters')", "input",
+                          "invalid_value")
+    if body.input is not None and body.chapters is not None:
+        raise bad_request("input: give either 'input' or 'chapters', not both", "input",
+                          "invalid_value")
     if body.input is not None:
         return [{"title": None, "input": text_field(body.input, "input", limit)}]
     assert body.chapters is not None
@@ -73,7 +76,7 @@ def _chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, An
     if len(body.chapters) > max_chapters:
         raise bad_request(f"chapters: {len(body.chapters)} is over the limit of {max_chapters}",
                           "chapters", "too_many_chapters")
-    chapters = [
+    chapters: list[dict[str, Any]] = [
         {"title": c.title, "input": text_field(c.input, f"chapters.{n}.input", limit)}
         for n, c in enumerate(body.chapters)
     ]

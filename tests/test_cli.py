@@ -1,0 +1,39 @@
+"""The client commands `narrator say` and `narrator submit` against a running API."""
+
+import subprocess
+from pathlib import Path
+
+from tests.support import Stack, audio_stats, narrator
+
+
+def test_say_writes_audio_in_the_format_of_the_extension(local_stack: Stack,
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "hello.flac"
+    done = subprocess.run(narrator("say", "Hello from the command line.", "-o", str(out),
+                                   "--url", local_stack.url),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    seconds, rms = audio_stats(out.read_bytes(), "flac")
+    assert seconds > 1.0
+    assert rms > 0.02
+
+
+def test_submit_waits_and_downloads(local_stack: Stack, tmp_path: Path) -> None:
+    text = tmp_path / "chapter.txt"
+    text.write_text("A short chapter.\n\nIt has two paragraphs.", encoding="utf-8")
+    out = tmp_path / "chapter.mp3"
+    done = subprocess.run(narrator("submit", str(text), "--wait", "-o", str(out),
+                                   "--url", local_stack.url),
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("job_")
+    seconds, _ = audio_stats(out.read_bytes(), "mp3")
+    assert seconds > 2.0
+
+
+def test_say_reports_api_errors(local_stack: Stack, tmp_path: Path) -> None:
+    done = subprocess.run(narrator("say", "x", "-o", str(tmp_path / "a.mp3"), "--voice", "nope",
+                                   "--url", local_stack.url),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "unknown voice 'nope'" in done.stderr

@@ -1,0 +1,69 @@
+"""docker-compose.yml: the production services and how they are wired."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return data
+
+
+def test_every_production_service_is_there(compose: dict[str, Any]) -> None:
+    assert {"postgres", "redis", "minio", "migrate", "api", "worker-cpu", "worker-gpu"} <= set(
+        compose["services"])
+
+
+def test_narrator_services_share_one_configuration(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("migrate", "api", "worker-cpu", "worker-gpu"):
+        env = services[name]["environment"]
+        assert env["NARRATOR_DATABASE_URL"].startswith("postgresql://"), name
+        assert "@postgres:5432/" in env["NARRATOR_DATABASE_URL"], name
+        if name != "migrate":
+            assert env["NARRATOR_BROKER_URL"] == "redis://redis:6379/0", name
+            assert env["NARRATOR_STORAGE_URL"].startswith("s3://"), name
+            assert env["NARRATOR_S3_ENDPOINT_URL"] == "http://minio:9000", name
+
+
+def test_migration_runs_once_before_api_and_workers(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["migrate"]["command"] == ["migrate"]
+    assert services["migrate"]["restart"] == "no"
+    assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in ("api", "worker-cpu", "worker-gpu"):
+        assert services[name]["depends_on"]["migrate"]["condition"] == \
+            "service_completed_successfully", name
+
+
+def test_api_and_workers_run_the_right_commands(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["api"]["command"][:1] == ["api"]
+    assert "8000:8000" in services["api"]["ports"]
+    assert services["worker-cpu"]["command"][:1] == ["worker"]
+    assert services["worker-cpu"]["environment"]["NARRATOR_ENGINE"] == "piper"
+
+
+def test_gpu_worker_reserves_a_gpu_and_mounts_models_and_caches(
+        compose: dict[str, Any]) -> None:
+    gpu = compose["services"]["worker-gpu"]
+    assert gpu["build"]["dockerfile"] == "docker/Dockerfile.gpu"
+    devices = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia"
+    assert "gpu" in devices[0]["capabilities"]
+    mounts = " ".join(gpu["volumes"])
+    assert ":/models" in mounts
+    assert ":/cache" in mounts
+    assert gpu["environment"]["NARRATOR_ENGINE"] == "vllm-omni"
+
+
+def test_every_dockerfile_named_exists(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        if "build" in service:
+            assert (ROOT / service["build"]["dockerfile"]).is_file(), name

@@ -1,0 +1,64 @@
+"""A dependency that is down gives a 503 with Retry-After, never a 500, and stores nothing."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from tests.conftest import base_env, count_jobs, error_of
+from tests.support import Stack, free_port, start_stack
+
+
+@pytest.fixture(scope="module")
+def no_broker(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("no-broker")
+    env = base_env(tmp, database_url, 0) | {
+        "NARRATOR_BROKER_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    stack = start_stack(tmp, env, worker=False)
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="module")
+def no_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("no-database")
+    env = base_env(tmp, f"postgresql://postgres@127.0.0.1:{free_port()}/none", 0)
+    stack = start_stack(tmp, env, worker=False)
+    yield stack
+    stack.stop()
+
+
+def test_broker_down_job_is_not_created(no_broker: Stack, db: Engine) -> None:
+    before = count_jobs(db)
+    with no_broker.client() as http:
+        response = http.post("/v1/audio/jobs", json={"input": "Hello."})
+        assert response.status_code == 503
+        assert response.headers["retry-after"]
+        assert "not created" in error_of(response)["message"]
+        ready = http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["broker"].startswith("error")
+        assert http.get("/healthz").status_code == 200
+    assert count_jobs(db) == before
+
+
+def test_broker_down_sync_speech_is_503(no_broker: Stack) -> None:
+    with no_broker.client() as http:
+        response = http.post("/v1/audio/speech", json={"input": "Hello."})
+    assert response.status_code == 503
+    assert response.headers["retry-after"]
+    assert error_of(response)["type"] == "service_unavailable"
+
+
+def test_database_down_is_503_not_500(no_database: Stack, tmp_path: Path) -> None:
+    with no_database.client() as http:
+        for response in (http.get("/v1/audio/jobs"),
+                         http.post("/v1/audio/jobs", json={"input": "Hello."}),
+                         http.get("/v1/audio/jobs/job_" + "1" * 32)):
+            assert response.status_code == 503, response.text
+            assert response.headers["retry-after"] == "5"
+            assert error_of(response)["code"] == "dependency_unavailable"
+        ready = http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["database"].startswith("error")
