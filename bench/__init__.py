@@ -1,1 +1,1 @@
-"""Benchmarks: `python -m bench.<name>`; each prints a table and writes bench/results/<name>.json."""
+"""Benchmarks: `python -m bench.<name>` prints a table and writes bench/results/<name>.json."""

@@ -16,7 +16,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 STAMP=".venv/.narrator-installed-${EXTRAS:-base}"
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}"
+  echo "bootstrap: installing Narrator${EXTRAS:+ [$EXTRAS]} into .venv" >&2
+  if ! { .venv/bin/python -m pip install -q --upgrade pip &&
+         .venv/bin/python -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}"; } >.venv/install.log 2>&1
+  then
+    cat .venv/install.log >&2
+    exit 1
+  fi
   touch "$STAMP"
 fi
