@@ -30,26 +30,26 @@ def _with_path(url: str, path: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def make_database(name: str) -> str:
-    """Create an empty Postgres database and return its URL."""
+def _admin_execute(*statements: str) -> None:
     admin = os.environ.get("NARRATOR_TEST_DATABASE_URL", DEFAULT_DB)
     engine = create_engine(admin.replace("postgresql://", "postgresql+psycopg://", 1),
                            isolation_level="AUTOCOMMIT")
     with engine.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
+        for statement in statements:
+            connection.execute(text(statement))
     engine.dispose()
+
+
+def make_database(name: str) -> str:
+    """Create an empty Postgres database and return its URL."""
+    _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    admin = os.environ.get("NARRATOR_TEST_DATABASE_URL", DEFAULT_DB)
     return _with_path(admin, f"/{name}")
 
 
 def drop_database(name: str) -> None:
     """Drop a database made by `make_database`."""
-    admin = os.environ.get("NARRATOR_TEST_DATABASE_URL", DEFAULT_DB)
-    engine = create_engine(admin.replace("postgresql://", "postgresql+psycopg://", 1),
-                           isolation_level="AUTOCOMMIT")
-    with engine.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    engine.dispose()
+    _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def redis_url(db: int) -> str:
