@@ -2,7 +2,7 @@
 
 from api.errors import bad_request
 from api.schemas import SpeechFields
-from workers.engines.catalog import ModelInfo, VoiceInfo
+from workers.engines.catalog import ModelInfo, VoiceInfo, speaks
 from workers.text import clean, speakable
 
 
@@ -28,13 +28,10 @@ def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...]) -> tuple[ModelI
         if name != "instructions" and name not in model.extras:
             raise bad_request(f"{name}: not supported by model '{model.id}'", name,
                               "unsupported_parameter")
-    if fields.language:
-        wanted = fields.language.lower()
-        if not any(lang.lower().startswith(wanted) or wanted.startswith(lang.lower()[:2])
-                   for lang in voice.languages):
-            raise bad_request(f"language: '{fields.language}' is not spoken by voice "
-                              f"'{voice.id}'; it speaks {', '.join(voice.languages)}",
-                              "language", "unsupported_language")
+    if fields.language and not speaks(voice.languages, fields.language):
+        raise bad_request(f"language: '{fields.language}' is not spoken by voice "
+                          f"'{voice.id}'; it speaks {', '.join(voice.languages)}",
+                          "language", "unsupported_language")
     return model, voice
 
 

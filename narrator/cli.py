@@ -64,6 +64,8 @@ def worker(
     pool = pool or ("solo" if settings.engine == "piper" else "threads")
     argv = ["worker", "-Q", queues, "--pool", pool, "-l", loglevel, "--without-mingle",
             "--without-gossip", "--without-heartbeat"]
+    if not concurrency and pool == "threads":
+        concurrency = settings.vllm_max_in_flight  # every in-flight segment shares the GPU
     if concurrency:
         argv += ["-c", str(concurrency)]
     celery_app.worker_main(argv)

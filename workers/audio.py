@@ -9,7 +9,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-import av
 import numpy as np
 import soundfile as sf
 import soxr
@@ -60,6 +59,8 @@ def _resampled(blocks: Iterable[Audio], rate: int, target: int) -> Iterator[Audi
 
 
 def _encode_aac(blocks: Iterable[Audio], rate: int, sink: Sink) -> None:
+    import av  # imported here: GPU workers encode parts as FLAC and need no ffmpeg
+
     with av.open(sink, mode="w", format="adts") as container:
         stream = container.add_stream("aac", rate=rate, layout="mono")
         for block in blocks:
@@ -104,6 +105,8 @@ def encode(audio: Audio, rate: int, fmt: str) -> bytes:
 
 def decode(data: bytes | Sink) -> tuple[Audio, int]:
     """Decode any container PyAV knows into mono float32 and its sample rate."""
+    import av
+
     source = io.BytesIO(data) if isinstance(data, bytes) else data
     with av.open(source, mode="r") as container:
         stream = container.streams.audio[0]

@@ -23,6 +23,13 @@ class WorkerSettings(BaseSettings):
     segment_max_attempts: int = 3
     sync_timeout_seconds: float = 120.0
     webhook_secret: str = ""
+    # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
+    vllm_deploy_config: str = ""
+    vllm_max_in_flight: int = 64
+    vllm_stage_init_timeout: int = 900
+    vllm_priority: bool = True
+    vllm_warmup_batch: int = 64
+    cache_dir: str = ""
     result_ttl_hours: int = 0
 
     @property

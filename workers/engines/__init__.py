@@ -38,6 +38,8 @@ class Engine(Protocol):
     @property
     def sample_rate(self) -> int: ...
 
+    def start(self) -> None: ...
+
     def synthesize(self, requests: list[SpeechRequest]) -> list[Audio]: ...
 
     def stream(self, request: SpeechRequest) -> Iterator[Audio]: ...
@@ -52,4 +54,16 @@ def get_engine() -> Engine:
         from workers.engines.piper import PiperEngine
 
         return PiperEngine(info, sentence_gap=settings.sentence_gap_seconds)
+    if info.engine == "vllm-omni":
+        from workers.engines.catalog import resolve_model_dir
+        from workers.engines.qwen3_tts import Qwen3Config
+        from workers.engines.vllm_omni import DEPLOY_DIR, VllmOmniEngine, cache_environment
+
+        cache_environment(settings.cache_dir)
+        deploy = settings.vllm_deploy_config or str(DEPLOY_DIR / "qwen3_tts_narrator.yaml")
+        return VllmOmniEngine(
+            info, Qwen3Config.load(resolve_model_dir(settings.model)),
+            max_in_flight=settings.vllm_max_in_flight, priority=settings.vllm_priority,
+            deploy_config="" if deploy == "default" else deploy,
+            stage_init_timeout=settings.vllm_stage_init_timeout)
     raise ValueError(f"no engine for {info.engine!r}")

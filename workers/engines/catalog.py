@@ -7,8 +7,14 @@ light: it reads JSON, never loads ONNX Runtime, torch or vLLM.
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 from workers.settings import WorkerSettings, get_settings
+
+ISO_LANGUAGES = {"en": "english", "zh": "chinese", "de": "german", "it": "italian",
+                 "pt": "portuguese", "es": "spanish", "ja": "japanese", "ko": "korean",
+                 "fr": "french", "ru": "russian"}
+QWEN3_EXTRAS = frozenset({"language", "seed", "max_new_tokens", "task_type"})
 
 
 @dataclass(frozen=True)
@@ -33,9 +39,22 @@ class ModelInfo:
     voices: tuple[VoiceInfo, ...]
     extras: frozenset[str] = field(default_factory=frozenset)
 
+    task_type: str | None = None
+
     def voice(self, voice_id: str) -> VoiceInfo | None:
-        """Return the voice named `voice_id`, or None."""
-        return next((v for v in self.voices if v.id == voice_id), None)
+        """Return the voice named `voice_id` (case-insensitive), or None."""
+        wanted = voice_id.lower()
+        return next((v for v in self.voices if v.id.lower() == wanted), None)
+
+
+def speaks(languages: tuple[str, ...], wanted: str) -> bool:
+    """Say whether `wanted` (a BCP-47 tag, ISO code or name) is one of `languages`."""
+    wanted = wanted.lower().replace("_", "-")
+    names = {lang.lower().replace("_", "-") for lang in languages}
+    base = wanted.split("-")[0]
+    return (wanted in names or (wanted == "auto" and len(names) > 1)
+            or any(n.split("-")[0] == base for n in names)
+            or ISO_LANGUAGES.get(base, "") in names)
 
 
 def piper_model(model_id: str) -> ModelInfo:
@@ -56,8 +75,42 @@ def catalog(settings: WorkerSettings | None = None) -> tuple[ModelInfo, ...]:
     return _catalog(settings.engine, settings.model)
 
 
+def resolve_model_dir(model: str) -> Path:
+    """Return the local folder of a model given as a path or a hub id (cache only)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(model, local_files_only=True))
+
+
+def qwen3_model(model: str, model_id: str = "") -> ModelInfo:
+    """Describe a Qwen3-TTS checkpoint from its config.json: task type, speakers, languages."""
+    from workers.engines.qwen3_tts import Qwen3Config
+
+    config = Qwen3Config.load(resolve_model_dir(model))
+    model_id = model_id or (model if not Path(model).is_dir() else Path(model).name)
+    languages = tuple(name.title() for name in config.languages)
+    if config.task_type == "CustomVoice":
+        voices = tuple(VoiceInfo(id=s, name=s.replace("_", " ").title(), model=model_id,
+                                 languages=languages) for s in config.speakers)
+    elif config.task_type == "VoiceDesign":
+        voices = (VoiceInfo(id="designed", name="Designed from 'instructions'",
+                            model=model_id, languages=languages),)
+    else:
+        voices = ()  # Base checkpoints speak with uploaded voices
+    return ModelInfo(id=model_id, engine="vllm-omni", sample_rate=config.sample_rate,
+                     languages=languages, voices=voices, extras=QWEN3_EXTRAS,
+                     task_type=config.task_type)
+
+
 @lru_cache
 def _catalog(engine: str, model: str) -> tuple[ModelInfo, ...]:
     if engine == "piper":
         return (piper_model(model or "piper"),)
-    raise ValueError(f"unknown NARRATOR_ENGINE {engine!r}; expected 'piper'")
+    if engine == "vllm-omni":
+        if not model:
+            raise ValueError("NARRATOR_ENGINE=vllm-omni needs NARRATOR_MODEL (a path or hub id)")
+        return (qwen3_model(model),)
+    raise ValueError(f"unknown NARRATOR_ENGINE {engine!r}; expected 'piper' or 'vllm-omni'")

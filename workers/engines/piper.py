@@ -25,6 +25,9 @@ class PiperEngine:
         """Return the voice's native sample rate."""
         return int(self.voice.config.sample_rate)
 
+    def start(self) -> None:
+        """Nothing to do: the voice is loaded in the constructor."""
+
     def stream(self, request: SpeechRequest) -> Iterator[Audio]:
         """Yield one chunk per sentence, with the sentence gap after all but the last."""
         config = SynthesisConfig(length_scale=self._length_scale / request.speed)

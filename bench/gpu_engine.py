@@ -1,0 +1,277 @@
+"""GPU engine throughput: raw AsyncOmni vs the Narrator adapter vs a real Celery worker.
+
+Runs on a CUDA machine with vLLM-Omni (see ../shared/gpu/RECIPE.md). One engine is started
+and shared by all three paths, so they are compared in one run on the same GPU state:
+
+  (a) raw:     N concurrent AsyncOmni.generate() calls on the engine's loop, recipe-style
+               prompts, stage-0 max_tokens = min_tokens = FRAMES, final output only;
+  (b) adapter: N threads each calling VllmOmniEngine.synthesize(), as Celery's threads pool
+               drives it;
+  (c) worker:  an in-process Celery worker (threads pool, embedded filesystem broker,
+               SQLite) consuming N `narrator.synthesize` segment tasks, parts written as FLAC.
+
+Also the time to the first audio chunk of a streamed sync request, alone and under load.
+Audio-seconds per wall-second are from measured samples, not nominal lengths.
+
+    python -m bench.gpu_engine --model DIR --frames 250 --concurrency 1 4 16 64
+"""
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+TEXTS = [
+    "She said she would be here by noon, and then we would all leave together for the station.",
+    "The quick brown fox jumps over the lazy dog while the band keeps playing in the park.",
+    "Please remember to bring your umbrella tomorrow, because the forecast says it will rain.",
+    "I really did not expect the meeting to run so long, but we finally reached a decision.",
+]
+SR = 24000
+
+
+def gpu_memory() -> str:
+    """Return nvidia-smi's memory.used, or '?'."""
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def emit(record: dict[str, Any]) -> None:
+    """Print one result line."""
+    print("RESULT " + json.dumps(record), flush=True)
+
+
+class Bench:
+    """Holds the engine and runs each path at a given concurrency."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        from workers.engines import get_engine
+
+        start = time.perf_counter()
+        self.engine: Any = get_engine()
+        self.engine.start()
+        emit({"tag": "engine_start", "seconds": round(time.perf_counter() - start, 1),
+              "gpu_memory": gpu_memory()})
+        self.voice = self.engine.info.voices[0].id if self.engine.info.voices else ""
+
+    # (a) raw AsyncOmni, the recipe's way
+    def raw(self, n: int) -> tuple[float, int]:
+        from vllm.sampling_params import RequestOutputKind
+
+        from workers.engines.qwen3_tts import multimodal_output, to_samples
+
+        engine, frames = self.engine, self.args.frames
+        params = [copy.deepcopy(p) for p in engine._defaults]
+        params[0].max_tokens = params[0].min_tokens = frames
+        for p in params:
+            if hasattr(p, "output_kind"):
+                p.output_kind = RequestOutputKind.FINAL_ONLY
+
+        def prompt(i: int) -> dict[str, Any]:
+            info = {"task_type": ["CustomVoice"], "text": [TEXTS[i % len(TEXTS)]],
+                    "language": ["English"], "speaker": [self.voice], "instruct": [""],
+                    "max_new_tokens": [frames]}
+            return {"prompt_token_ids": [0] * engine._prompt_length(info),
+                    "additional_information": info}
+
+        async def one(i: int) -> int:
+            samples = 0
+            request_id = f"raw-{time.time_ns()}-{i}"
+            async for out in engine._omni.generate(prompt(i), request_id=request_id,
+                                                   sampling_params_list=params):
+                payload = multimodal_output(out)
+                if payload:
+                    samples = len(to_samples(payload.get("audio")))
+            return samples
+
+        async def batch() -> list[int]:
+            return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+        start = time.perf_counter()
+        counts = asyncio.run_coroutine_threadsafe(batch(), engine._loop).result()
+        return time.perf_counter() - start, sum(counts)
+
+    # (b) the adapter, driven by N threads like Celery's threads pool
+    def adapter(self, n: int) -> tuple[float, int]:
+        from workers.engines import SpeechRequest
+
+        counts = [0] * n
+
+        def work(i: int) -> None:
+            request = SpeechRequest(text=TEXTS[i % len(TEXTS)], voice=self.voice,
+                                    language="en", max_new_tokens=self.args.frames,
+                                    request_id=f"adapter-{i}")
+            counts[i] = len(self.engine.synthesize([request])[0])
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - start, sum(counts)
+
+    # (c) a real Celery worker consuming segment tasks from the embedded broker
+    def start_worker(self) -> None:
+        from celery.contrib.testing.worker import start_worker
+
+        from models import Base
+        from models.db import sync_sessionmaker
+        from workers.app import celery_app
+
+        Base.metadata.create_all(sync_sessionmaker().kw["bind"])
+        self._worker_cm = start_worker(celery_app, pool="threads",
+                                       concurrency=max(self.args.concurrency),
+                                       perform_ping_check=False, loglevel="WARNING",
+                                       shutdown_timeout=30)
+        self._worker_cm.__enter__()
+
+    def worker(self, n: int) -> tuple[float, int]:
+        import uuid
+
+        from sqlalchemy import func, insert, select
+
+        from models import Job, JobStatus, Segment, SegmentStatus, utcnow
+        from models.db import session_scope
+        from workers.tasks import synthesize
+
+        job_id = uuid.uuid4()
+        with session_scope() as session:
+            session.add(Job(id=job_id, model=self.engine.info.id, voice=self.voice,
+                            response_format="flac", chapters=[{"title": None, "input": "x"}],
+                            options={"language": "en", "max_new_tokens": self.args.frames},
+                            status=JobStatus.in_progress, started_at=utcnow(),
+                            segments_total=n + 1))  # +1: keep assembly out of the timing
+            ids = [uuid.uuid4() for _ in range(n)]
+            session.execute(insert(Segment), [
+                {"id": ids[i], "job_id": job_id, "index": i, "text": TEXTS[i % len(TEXTS)]}
+                for i in range(n)])
+        start = time.perf_counter()
+        for segment_id in ids:
+            synthesize.apply_async((str(segment_id),), queue="batch")
+        while True:
+            with session_scope() as session:
+                done, samples = session.execute(
+                    select(func.count(), func.coalesce(func.sum(Segment.samples), 0))
+                    .where(Segment.job_id == job_id, Segment.status == SegmentStatus.done)).one()
+            if done >= n:
+                return time.perf_counter() - start, int(samples or 0)
+            if time.perf_counter() - start > 600:
+                raise TimeoutError(f"worker finished {done} of {n} segments")
+            time.sleep(0.02)
+
+    def ttfa(self, load: int) -> list[float]:
+        """Time to the first streamed chunk of realtime requests, with `load` batch requests."""
+        from workers.engines import SpeechRequest
+
+        stop = threading.Event()
+
+        def background(i: int) -> None:
+            while not stop.is_set():
+                self.engine.synthesize([SpeechRequest(
+                    text=TEXTS[i % 4], voice=self.voice, max_new_tokens=self.args.frames)])
+
+        loaders = [threading.Thread(target=background, args=(i,), daemon=True)
+                   for i in range(load)]
+        for t in loaders:
+            t.start()
+        if load:
+            time.sleep(2.0)
+        samples = []
+        for i in range(self.args.ttfa_reps):
+            request = SpeechRequest(text=TEXTS[i % 4], voice=self.voice, realtime=True,
+                                    max_new_tokens=self.args.frames, request_id=f"ttfa-{i}")
+            start = time.perf_counter()
+            stream = self.engine.stream(request)
+            next(stream)
+            samples.append(time.perf_counter() - start)
+            for _ in stream:
+                pass
+        stop.set()
+        return samples
+
+
+def main() -> None:
+    """Run every path at every concurrency and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--frames", type=int, default=250)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--paths", nargs="+", default=["raw", "adapter", "worker"])
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--ttfa-reps", type=int, default=5)
+    parser.add_argument("--ttfa-load", type=int, default=32)
+    parser.add_argument("--deploy-config", default="")
+    parser.add_argument("--label", default="default")
+    args = parser.parse_args()
+    data = Path(tempfile.mkdtemp(prefix="narrator-gpu-"))
+    os.environ |= {"NARRATOR_ENGINE": "vllm-omni", "NARRATOR_MODEL": args.model,
+                   "NARRATOR_DATA_DIR": str(data), "NARRATOR_LOG_LEVEL": "WARNING",
+                   "NARRATOR_VLLM_MAX_IN_FLIGHT": str(max(args.concurrency))}
+    if args.deploy_config:
+        os.environ["NARRATOR_VLLM_DEPLOY_CONFIG"] = args.deploy_config
+    from narrator.logs import configure
+
+    configure("WARNING", json=True)
+    bench = Bench(args)
+    warm = max(args.concurrency)
+    start = time.perf_counter()
+    bench.adapter(warm)  # Triton compiles kernels at the first large batch
+    emit({"tag": "warmup", "concurrency": warm, "seconds": round(time.perf_counter() - start, 1)})
+    if "worker" in args.paths:
+        bench.start_worker()
+    rows: dict[tuple[str, int], list[float]] = {}
+    for n in args.concurrency:
+        for _ in range(args.reps):
+            for path in args.paths:
+                wall, samples = getattr(bench, path)(n)
+                rate = samples / SR / wall
+                rows.setdefault((path, n), []).append(rate)
+                emit({"tag": path, "concurrency": n, "wall_s": round(wall, 3),
+                      "audio_s": round(samples / SR, 2), "audio_s_per_wall_s": round(rate, 2),
+                      "samples_per_request": samples // n, "gpu_memory": gpu_memory()})
+    ttfa_idle = bench.ttfa(0)
+    ttfa_load = bench.ttfa(args.ttfa_load) if args.ttfa_load else []
+    emit({"tag": "ttfa", "idle_ms": [round(t * 1000, 1) for t in ttfa_idle],
+          "under_load_ms": [round(t * 1000, 1) for t in ttfa_load], "load": args.ttfa_load})
+
+    print(f"\n{args.label}: {bench.engine.info.id}, {args.frames} frames "
+          f"({args.frames * 0.08:.0f} s) per request; audio-s per wall-s, median of {args.reps}")
+    header = "| concurrency | " + " | ".join(args.paths) + " | " + " | ".join(
+        f"{p}/raw" for p in args.paths if p != "raw") + " |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    result: dict[str, Any] = {"label": args.label, "frames": args.frames, "rows": []}
+    for n in args.concurrency:
+        med = {p: statistics.median(rows[(p, n)]) for p in args.paths}
+        ratios = {p: med[p] / med["raw"] for p in args.paths if p != "raw" and "raw" in med}
+        print(f"| {n} | " + " | ".join(f"{med[p]:.1f}" for p in args.paths) + " | "
+              + " | ".join(f"{r:.3f}" for r in ratios.values()) + " |")
+        result["rows"].append({"concurrency": n, "median": med, "ratio_to_raw": ratios})
+    print(f"TTFA streamed, idle: median {statistics.median(ttfa_idle) * 1000:.0f} ms; "
+          + (f"with {args.ttfa_load} batch requests running: median "
+             f"{statistics.median(ttfa_load) * 1000:.0f} ms" if ttfa_load else ""))
+    result |= {"ttfa_idle_ms": ttfa_idle, "ttfa_load_ms": ttfa_load}
+    out = Path(os.environ.get("OUT", Path(__file__).parent / "results"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"gpu_engine_{args.label}.json").write_text(json.dumps(result, indent=1))
+    sys.stdout.flush()
+    os._exit(0)  # engine stage processes and threads: do not wait for them
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The real vLLM-Omni engine on a GPU (skipped without CUDA; run on the lent H100).
+
+    NARRATOR_TEST_GPU_MODEL=/tmp/m06 pytest -m gpu tests/test_gpu_engine.py
+"""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _cuda() -> bool:
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("vllm_omni") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.skipif(not _cuda() or not os.environ.get("NARRATOR_TEST_GPU_MODEL"),
+                    reason="needs CUDA, vLLM-Omni and NARRATOR_TEST_GPU_MODEL")
+def test_real_engine_synthesizes_batches_and_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NARRATOR_ENGINE", "vllm-omni")
+    monkeypatch.setenv("NARRATOR_MODEL", os.environ["NARRATOR_TEST_GPU_MODEL"])
+    from workers.engines import SpeechRequest, get_engine
+    from workers.engines.qwen3_tts import SAMPLES_PER_FRAME
+
+    engine = get_engine()
+    voice = engine.info.voices[0].id
+    requests = [SpeechRequest(text=f"Request number {i}.", voice=voice, max_new_tokens=25,
+                              language="en") for i in range(4)]
+    audio = engine.synthesize(requests)
+    assert engine.sample_rate == 24000
+    for clip in audio:
+        assert 24 * SAMPLES_PER_FRAME <= len(clip) <= 26 * SAMPLES_PER_FRAME
+        assert np.isfinite(clip).all()
+    chunks = list(engine.stream(SpeechRequest(text="Streamed.", voice=voice, realtime=True,
+                                              max_new_tokens=50)))
+    assert len(chunks) > 1
+    assert 49 * SAMPLES_PER_FRAME <= sum(len(c) for c in chunks) <= 51 * SAMPLES_PER_FRAME

@@ -1,0 +1,236 @@
+"""The vLLM-Omni adapter's own logic, on the CPU.
+
+The only test double in the suite stands here, at the GPU engine boundary: FakeOmni mimics
+AsyncOmni.generate() and its three output shapes. The real engine runs in the gpu-marked test
+and in bench/gpu_engine.py on the lent H100.
+"""
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from workers.engines import SpeechRequest
+from workers.engines.catalog import qwen3_model
+from workers.engines.qwen3_tts import (
+    AudioCollector,
+    OutputKind,
+    Qwen3Config,
+    Reference,
+    additional_information,
+)
+from workers.engines.vllm_omni import BATCH_PRIORITY, REALTIME_PRIORITY, VllmOmniEngine
+
+MODEL = Path(__file__).parent / "data" / "qwen3-tts-0.6b-customvoice"
+SCALE = 10  # samples per frame in the fake, instead of 1920
+
+
+class FakeTensor:
+    """Quacks like a torch tensor on a GPU."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def detach(self) -> "FakeTensor":
+        return self
+
+    def float(self) -> "FakeTensor":
+        return self
+
+    def cpu(self) -> "FakeTensor":
+        return self
+
+    def numpy(self) -> np.ndarray:
+        return self.values
+
+
+def output(audio: Any) -> Any:
+    completion = SimpleNamespace(multimodal_output={"audio": audio})
+    return SimpleNamespace(request_output=SimpleNamespace(outputs=[completion]))
+
+
+class FakeOmni:
+    """AsyncOmni's generate(): audio made of the request's marker value, in chunks."""
+
+    def __init__(self, shape: str) -> None:
+        self.shape = shape
+        self.calls: list[dict[str, Any]] = []
+        self.default_sampling_params_list = [
+            SimpleNamespace(max_tokens=4096, min_tokens=2, seed=None, extra_args=None,
+                            output_kind=None),
+            SimpleNamespace(max_tokens=65536, output_kind=None)]
+
+    async def generate(self, prompt: dict[str, Any], request_id: str,
+                       sampling_params_list: list[Any], priority: int) -> AsyncIterator[Any]:
+        self.calls.append({"prompt": prompt, "request_id": request_id,
+                           "params": sampling_params_list, "priority": priority})
+        frames = sampling_params_list[0].max_tokens
+        marker = float(len(prompt["additional_information"]["text"][0]))
+        chunks = [np.full(SCALE * min(25, frames - start), marker, dtype=np.float32)
+                  for start in range(0, frames, 25)]
+        kind = sampling_params_list[0].output_kind
+        yield SimpleNamespace(request_output=None, multimodal_output=None)  # a stage-0 output
+        for n in range(len(chunks)):
+            await asyncio.sleep(0)  # let other requests interleave
+            if kind is OutputKind.DELTA:
+                yield output([FakeTensor(chunks[n])])
+            elif kind is OutputKind.CUMULATIVE:
+                yield output([FakeTensor(c) for c in chunks[: n + 1]])
+        if kind is OutputKind.FINAL_ONLY:
+            whole = np.concatenate(chunks)
+            yield output(FakeTensor(whole) if self.shape == "tensor" else
+                         [FakeTensor(c) for c in chunks])
+
+
+@pytest.fixture(scope="module")
+def config() -> Qwen3Config:
+    return Qwen3Config.load(MODEL)
+
+
+def make_engine(config: Qwen3Config, shape: str = "chunks",
+                max_in_flight: int = 64) -> tuple[VllmOmniEngine, FakeOmni]:
+    fake = FakeOmni(shape)
+    info = qwen3_model(str(MODEL))
+    engine = VllmOmniEngine(info, config, omni_factory=lambda: fake,
+                            prompt_length=lambda info: 10 + len(info["text"][0]),
+                            max_in_flight=max_in_flight)
+    return engine, fake
+
+
+def test_config_gives_task_type_speakers_and_languages(config: Qwen3Config) -> None:
+    info = qwen3_model(str(MODEL))
+    assert config.task_type == "CustomVoice"
+    assert info.task_type == "CustomVoice"
+    assert "ryan" in [v.id for v in info.voices]
+    assert "English" in info.languages
+    assert info.sample_rate == 24000
+    assert info.engine == "vllm-omni"
+    assert info.id == "qwen3-tts-0.6b-customvoice"
+
+
+def test_request_fields_become_additional_information(config: Qwen3Config) -> None:
+    info = additional_information(config, SpeechRequest(
+        text="Hello.", voice="Ryan", instructions="warmly", language="en", max_new_tokens=99))
+    assert info == {"task_type": ["CustomVoice"], "text": ["Hello."], "language": ["English"],
+                    "instruct": ["warmly"], "max_new_tokens": [99], "speaker": ["ryan"]}
+    assert additional_information(config, SpeechRequest(text="x", voice="ryan"))[
+        "language"] == ["Auto"]
+
+
+@pytest.mark.parametrize(("request_", "message"), [
+    (SpeechRequest(text="x", voice="nobody"), "not a speaker"),
+    (SpeechRequest(text="x", voice="ryan", language="tlh"), "not supported"),
+    (SpeechRequest(text="x", voice="ryan", task_type="Base"), "one task type"),
+])
+def test_requests_are_validated_per_task_type(config: Qwen3Config, request_: SpeechRequest,
+                                              message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        additional_information(config, request_)
+
+
+def test_voice_design_needs_instructions_and_base_needs_a_reference(
+        config: Qwen3Config) -> None:
+    design = Qwen3Config(config.path, "VoiceDesign", (), config.languages, 24000, config.talker)
+    with pytest.raises(ValueError, match="instructions"):
+        additional_information(design, SpeechRequest(text="x", voice="designed"))
+    assert additional_information(design, SpeechRequest(
+        text="x", voice="designed", instructions="a calm old man"))["instruct"] == [
+        "a calm old man"]
+    base = Qwen3Config(config.path, "Base", (), config.languages, 24000, config.talker)
+    with pytest.raises(ValueError, match="upload"):
+        additional_information(base, SpeechRequest(text="x", voice="mine"))
+    info = additional_information(base, SpeechRequest(text="x", voice="mine"),
+                                  Reference([0.1, 0.2], 24000, "hi"))
+    assert info["ref_audio"] == [[[0.1, 0.2], 24000]]
+    assert info["ref_text"] == ["hi"]
+    assert info["x_vector_only_mode"] == [False]
+
+
+@pytest.mark.parametrize("kind", list(OutputKind))
+def test_collector_handles_each_output_shape(kind: OutputKind) -> None:
+    chunks = [np.full(5, n, dtype=np.float32) for n in range(4)]
+    collector = AudioCollector(kind)
+    if kind is OutputKind.DELTA:
+        news = [collector.add(output([FakeTensor(c)])) for c in chunks]
+    elif kind is OutputKind.CUMULATIVE:
+        news = [collector.add(output([FakeTensor(c) for c in chunks[: n + 1]]))
+                for n in range(4)]
+    else:
+        news = [collector.add(output(FakeTensor(np.concatenate(chunks))))]
+    assert collector.add(SimpleNamespace(request_output=None, multimodal_output=None)).size == 0
+    assert np.array_equal(collector.audio(), np.concatenate(chunks))
+    assert sum(len(n) for n in news) == 20
+
+
+@pytest.mark.parametrize("shape", ["tensor", "chunks"])
+def test_synthesize_returns_the_whole_audio(config: Qwen3Config, shape: str) -> None:
+    engine, fake = make_engine(config, shape)
+    audio = engine.synthesize([SpeechRequest(text="Hello there.", voice="ryan",
+                                             max_new_tokens=60)])[0]
+    assert len(audio) == 60 * SCALE
+    assert set(audio.tolist()) == {float(len("Hello there."))}
+    assert fake.calls[0]["params"][0].output_kind is OutputKind.FINAL_ONLY
+
+
+def test_stream_yields_chunks_as_they_come(config: Qwen3Config) -> None:
+    engine, fake = make_engine(config)
+    chunks = list(engine.stream(SpeechRequest(text="Hi.", voice="ryan", max_new_tokens=70,
+                                              realtime=True)))
+    assert [len(c) for c in chunks] == [250, 250, 200]
+    assert fake.calls[0]["params"][0].output_kind is OutputKind.DELTA
+    assert fake.calls[0]["priority"] == REALTIME_PRIORITY
+
+
+def test_params_carry_seed_tokens_and_priority(config: Qwen3Config) -> None:
+    engine, fake = make_engine(config)
+    engine.synthesize([SpeechRequest(text="a", voice="ryan", seed=7, max_new_tokens=5)])
+    talker = fake.calls[0]["params"][0]
+    assert talker.max_tokens == 5
+    assert talker.seed == 7
+    assert talker.extra_args == {"tts_local_seed": 7}
+    assert fake.calls[0]["priority"] == BATCH_PRIORITY
+    assert fake.default_sampling_params_list[0].seed is None  # defaults untouched
+    prompt = fake.calls[0]["prompt"]
+    assert prompt["prompt_token_ids"] == [1] * 11
+
+
+def test_concurrent_requests_keep_their_own_state(config: Qwen3Config) -> None:
+    engine, fake = make_engine(config, max_in_flight=16)
+    results: dict[int, np.ndarray] = {}
+
+    def work(i: int) -> None:
+        text = "x" * (i + 1)  # the fake's marker is the text length
+        results[i] = engine.synthesize([SpeechRequest(text=text, voice="ryan",
+                                                      max_new_tokens=20 + i)])[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(64):
+        assert len(results[i]) == (20 + i) * SCALE
+        assert set(results[i].tolist()) == {float(i + 1)}
+    assert len({c["request_id"] for c in fake.calls}) == 64
+
+
+def test_engine_starts_once_and_lazily(config: Qwen3Config) -> None:
+    created = []
+    fake = FakeOmni("chunks")
+    engine = VllmOmniEngine(qwen3_model(str(MODEL)), config,
+                            omni_factory=lambda: created.append(1) or fake,
+                            prompt_length=lambda info: 1)
+    assert created == []
+    threads = [threading.Thread(target=engine.synthesize,
+                                args=([SpeechRequest(text="a", voice="ryan",
+                                                     max_new_tokens=3)],)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert created == [1]

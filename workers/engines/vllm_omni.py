@@ -1,0 +1,201 @@
+"""Qwen3-TTS through vLLM-Omni: one AsyncOmni per worker process, shared by every task thread.
+
+The engine is created lazily, on first use, inside its own event-loop thread; Celery's
+`threads` pool runs each task in a thread that submits its request to that loop and waits.
+All concurrent segments and sync requests therefore share one continuously batched GPU.
+Importing this module needs neither torch nor vLLM; starting the engine does.
+"""
+
+import asyncio
+import concurrent.futures
+import copy
+import itertools
+import os
+import queue
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from workers.engines import Audio, SpeechRequest
+from workers.engines.catalog import ModelInfo
+from workers.engines.qwen3_tts import (
+    AudioCollector,
+    OutputKind,
+    Qwen3Config,
+    Reference,
+    additional_information,
+)
+
+log = structlog.get_logger()
+REALTIME_PRIORITY, BATCH_PRIORITY = 0, 10  # vLLM serves lower values first
+DEPLOY_DIR = Path(__file__).parent / "deploy"
+OmniFactory = Callable[[], Any]
+PromptLength = Callable[[dict[str, list[Any]]], int]
+References = Callable[[str], Reference | None]
+
+
+def cache_environment(cache_dir: str) -> None:
+    """Point vLLM, Triton and Inductor compile caches at one persistent folder."""
+    if not cache_dir:
+        return
+    for name, sub in (("VLLM_CACHE_ROOT", "vllm"), ("TRITON_CACHE_DIR", "triton"),
+                      ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+        os.environ.setdefault(name, str(Path(cache_dir) / sub))
+
+
+class VllmOmniEngine:
+    """The Narrator engine protocol over one AsyncOmni."""
+
+    def __init__(self, info: ModelInfo, config: Qwen3Config, *, max_in_flight: int = 64,
+                 omni_factory: OmniFactory | None = None,
+                 prompt_length: PromptLength | None = None,
+                 references: References | None = None, priority: bool = True,
+                 deploy_config: str = "", stage_init_timeout: int = 900) -> None:
+        self.info = info
+        self.config = config
+        self.priority = priority
+        self._factory = omni_factory or self._default_factory(deploy_config, stage_init_timeout)
+        self._prompt_length = prompt_length
+        self._references = references or (lambda _voice: None)
+        self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._omni: Any = None
+        self._defaults: list[Any] = []
+        self._ids = itertools.count()
+
+    @property
+    def sample_rate(self) -> int:
+        """Return the checkpoint's sample rate (24 kHz)."""
+        return self.config.sample_rate
+
+    def _default_factory(self, deploy_config: str, timeout: int) -> OmniFactory:
+        def create() -> Any:
+            from vllm_omni import AsyncOmni
+
+            kwargs: dict[str, Any] = {"stage_init_timeout": timeout}
+            if deploy_config:
+                kwargs["deploy_config"] = deploy_config
+            return AsyncOmni(model=str(self.config.path), **kwargs)
+
+        return create
+
+    def start(self) -> None:
+        """Start the event-loop thread and the engine, once; later calls return at once."""
+        with self._lock:
+            if self._omni is not None:
+                return
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="vllm-omni-loop", daemon=True).start()
+
+            async def create() -> Any:
+                return self._factory()
+
+            omni = asyncio.run_coroutine_threadsafe(create(), loop).result()
+            self._defaults = list(omni.default_sampling_params_list)
+            if self._prompt_length is None:
+                self._prompt_length = _prompt_length_for(self.config)
+            self._loop, self._omni = loop, omni
+            log.info("engine.started", engine="vllm-omni", model=self.info.id)
+
+    def _params(self, request: SpeechRequest, kind: OutputKind) -> list[Any]:
+        params = [copy.deepcopy(p) for p in self._defaults]
+        talker = params[0]
+        if request.max_new_tokens:
+            talker.max_tokens = request.max_new_tokens
+        if request.seed is not None:
+            talker.seed = request.seed
+            talker.extra_args = dict(talker.extra_args or {}) | {"tts_local_seed": request.seed}
+        output_kind = _vllm_output_kind(kind)
+        for p in params:
+            if hasattr(p, "output_kind"):
+                p.output_kind = output_kind
+        return params
+
+    def _prompt(self, request: SpeechRequest, reference: Reference | None) -> dict[str, Any]:
+        info = additional_information(self.config, request, reference)
+        assert self._prompt_length is not None
+        return {"prompt_token_ids": [1] * self._prompt_length(info),
+                "additional_information": info}
+
+    async def _run(self, request: SpeechRequest, reference: Reference | None, kind: OutputKind,
+                   on_chunk: Callable[[Audio], None] | None) -> Audio:
+        # Every piece of per-request state lives here, keyed by this unique request id.
+        request_id = f"{request.request_id or 'req'}-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        collector = AudioCollector(kind)
+        priority = REALTIME_PRIORITY if request.realtime or not self.priority else BATCH_PRIORITY
+        async for output in self._omni.generate(
+            self._prompt(request, reference), request_id=request_id,
+            sampling_params_list=self._params(request, kind), priority=priority,
+        ):
+            new = collector.add(output)
+            if on_chunk is not None and len(new):
+                on_chunk(new)
+        return collector.audio()
+
+    def _submit(self, request: SpeechRequest, kind: OutputKind,
+                on_chunk: Callable[[Audio], None] | None = None
+                ) -> concurrent.futures.Future[Audio]:
+        self.start()
+        assert self._loop is not None
+        # Reference clips come from storage: load them here, never on the engine's loop.
+        reference = self._references(request.voice) if self.config.task_type == "Base" else None
+        self._slots.acquire()  # bounds in-flight requests, and so GPU memory
+        try:
+            future = asyncio.run_coroutine_threadsafe(
+                self._run(request, reference, kind, on_chunk), self._loop)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: self._slots.release())
+        return future
+
+    def synthesize(self, requests: list[SpeechRequest]) -> list[Audio]:
+        """Speak every request; all of them run on the GPU at once."""
+        futures = [self._submit(r, OutputKind.FINAL_ONLY) for r in requests]
+        return [f.result() for f in futures]
+
+    def stream(self, request: SpeechRequest) -> Iterator[Audio]:
+        """Yield audio chunks as the engine makes them."""
+        chunks: queue.SimpleQueue[Audio] = queue.SimpleQueue()
+        future = self._submit(request, OutputKind.DELTA, chunks.put)
+        while True:
+            try:
+                yield chunks.get(timeout=0.01)
+            except queue.Empty:
+                if future.done():
+                    while not chunks.empty():
+                        yield chunks.get()
+                    future.result()  # raise the engine's error, if any
+                    return
+
+
+def _vllm_output_kind(kind: OutputKind) -> Any:
+    try:
+        from vllm.sampling_params import RequestOutputKind
+    except ImportError:  # no vLLM here: a test double reads our enum
+        return kind
+    return RequestOutputKind(kind.value)
+
+
+def _prompt_length_for(config: Qwen3Config) -> PromptLength:
+    """Return the talker's placeholder prompt length, as vLLM-Omni's server computes it."""
+    from transformers import AutoTokenizer
+    from vllm_omni.model_executor.models.qwen3_tts.prompt_embeds_builder import (
+        Qwen3TTSPromptEmbedsBuilder,
+    )
+
+    tokenizer = AutoTokenizer.from_pretrained(str(config.path), padding_side="left")
+
+    def length(info: dict[str, list[Any]]) -> int:
+        return int(Qwen3TTSPromptEmbedsBuilder.estimate_prompt_len_from_additional_information(
+            additional_information=info, task_type=info["task_type"][0],
+            tokenize_prompt=lambda text: tokenizer(text, padding=False)["input_ids"],
+            codec_language_id=config.talker.get("codec_language_id"),
+            spk_is_dialect=config.talker.get("spk_is_dialect")))
+
+    return length
