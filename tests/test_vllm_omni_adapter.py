@@ -220,10 +220,14 @@ def test_concurrent_requests_keep_their_own_state(config: Qwen3Config) -> None:
 
 
 def test_engine_starts_once_and_lazily(config: Qwen3Config) -> None:
-    created = []
+    created: list[int] = []
     fake = FakeOmni("chunks")
-    engine = VllmOmniEngine(qwen3_model(str(MODEL)), config,
-                            omni_factory=lambda: created.append(1) or fake,
+
+    def factory() -> FakeOmni:
+        created.append(1)
+        return fake
+
+    engine = VllmOmniEngine(qwen3_model(str(MODEL)), config, omni_factory=factory,
                             prompt_length=lambda info: 1)
     assert created == []
     threads = [threading.Thread(target=engine.synthesize,
