@@ -45,7 +45,9 @@ class SpeechBody(SpeechFields):
     """`POST /v1/audio/speech`."""
 
     input: StrictStr
-    stream_format: Literal["audio", "sse"] = "audio"
+    # None: one complete response with X-Audio-Duration. "audio": raw PCM (or WAV with an
+    # open-ended header) streamed as it is made. "sse": speech.audio.delta events.
+    stream_format: Literal["audio", "sse"] | None = None
 
 
 class Chapter(BaseModel):

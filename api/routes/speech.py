@@ -3,10 +3,12 @@
 import uuid
 
 from fastapi import APIRouter, Response
+from fastapi.responses import StreamingResponse
 
+from api import streaming
 from api.errors import ApiError, bad_request, unavailable
 from api.schemas import SpeechBody
-from api.state import OwnerDep, StateDep
+from api.state import OwnerDep, State, StateDep
 from api.validation import resolve, text_field
 from workers.channel import ChannelTimeout
 
@@ -21,18 +23,25 @@ async def create_speech(body: SpeechBody, state: StateDep, _: OwnerDep) -> Respo
     limit = state.settings.sync_max_chars
     text = text_field(body.input, "input", limit,
                       "send long text as an async job: POST /v1/audio/jobs")
-    if body.stream_format != "audio":
-        raise bad_request("stream_format: 'sse' is not available yet; use 'audio'",
-                          "stream_format", "unsupported_parameter")
+    streamed = body.stream_format is not None
+    allowed = ("pcm",) if body.stream_format == "sse" else ("pcm", "wav")
+    if streamed and body.response_format not in allowed:
+        raise bad_request(f"response_format: streaming with stream_format "
+                          f"'{body.stream_format}' sends {' or '.join(allowed)}, not "
+                          f"'{body.response_format}'", "response_format",
+                          "unsupported_parameter")
     request_id = f"req_{uuid.uuid4().hex}"
     payload = {"request_id": request_id, "input": text, "model": model.id, "voice": voice.id,
-               "response_format": body.response_format, "speed": body.speed, **body.extras()}
+               "response_format": body.response_format, "speed": body.speed,
+               "stream": streamed, **body.extras()}
     timeout = state.settings.sync_timeout_seconds
     try:
         state.celery.send_task("narrator.speak", args=[payload], queue="realtime",
                                expires=timeout)
     except Exception as exc:
         raise unavailable(f"the broker is unreachable: {exc}") from exc
+    if streamed:
+        return await _stream(body, state, request_id, len(text))
     try:
         async for message in state.channel.listen(request_id, timeout, timeout):
             if message.kind == "error":
@@ -47,3 +56,19 @@ async def create_speech(body: SpeechBody, state: StateDep, _: OwnerDep) -> Respo
         raise unavailable(f"no worker answered within {timeout:.0f} s; is a worker running "
                           "on the realtime queue?", retry_after=10) from exc
     raise unavailable("the worker closed the request without audio")
+
+
+async def _stream(body: SpeechBody, state: State, request_id: str,
+                  characters: int) -> StreamingResponse:
+    timeout = state.settings.sync_timeout_seconds
+    frames = streaming.listen(state.channel, request_id, timeout)
+    meta = await streaming.first_frame(frames, timeout)
+    rate = int(meta.meta["sample_rate"])
+    headers = {"X-Request-Id": request_id, "X-Sample-Rate": str(rate)}
+    if body.stream_format == "sse":
+        return StreamingResponse(streaming.sse_body(frames, characters),
+                                 media_type="text/event-stream", headers=headers)
+    wav = body.response_format == "wav"
+    return StreamingResponse(
+        streaming.pcm_body(frames, streaming.wav_header(rate) if wav else b""),
+        media_type="audio/wav" if wav else "audio/pcm", headers=headers)

@@ -1,0 +1,75 @@
+"""Streamed sync speech: raw PCM, WAV with an open-ended header, or server-sent events."""
+
+import base64
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from api.errors import ApiError, unavailable
+from workers.channel import Channel, ChannelTimeout, Message
+
+UNKNOWN_SIZE = 0xFFFFFFFF
+
+
+def wav_header(sample_rate: int) -> bytes:
+    """Return a 16-bit mono WAV header whose sizes say 'unknown' (streaming)."""
+    return (b"RIFF" + struct.pack("<I", UNKNOWN_SIZE) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+            + b"data" + struct.pack("<I", UNKNOWN_SIZE))
+
+
+def engine_error(message: Message) -> ApiError:
+    """Render a worker's error frame."""
+    return ApiError(500, f"the engine failed: {message.meta.get('message')}",
+                    type="server_error", code="engine_error")
+
+
+async def first_frame(frames: AsyncIterator[Message], waited: float) -> Message:
+    """Wait for the worker's first frame, so failures before audio are still HTTP errors."""
+    try:
+        message = await anext(frames)
+    except ChannelTimeout as exc:
+        raise unavailable(f"no worker answered within {waited:.0f} s; is a worker running "
+                          "on the realtime queue?", retry_after=10) from exc
+    if message.kind == "error":
+        raise engine_error(message)
+    return message
+
+
+async def pcm_body(frames: AsyncIterator[Message], head: bytes) -> AsyncIterator[bytes]:
+    """Yield `head` then every PCM chunk; a mid-stream failure ends the body early."""
+    if head:
+        yield head
+    async for message in frames:
+        if message.kind == "data":
+            yield message.data
+        elif message.kind in ("end", "error"):
+            return
+
+
+async def sse_body(frames: AsyncIterator[Message], characters: int) -> AsyncIterator[bytes]:
+    """Yield speech.audio.delta events (base64 PCM), then speech.audio.done with usage."""
+    async for message in frames:
+        event: dict[str, Any]
+        if message.kind == "data":
+            event = {"type": "speech.audio.delta",
+                     "audio": base64.b64encode(message.data).decode()}
+        elif message.kind == "end":
+            event = {"type": "speech.audio.done",
+                     "usage": {"input_characters": characters,
+                               "audio_seconds": round(message.meta["duration"], 3)}}
+        elif message.kind == "error":
+            event = {"type": "error", "error": {"message": message.meta.get("message"),
+                                                "type": "server_error", "code": "engine_error"}}
+        else:
+            continue
+        yield b"data: " + orjson.dumps(event) + b"\n\n"
+        if message.kind in ("end", "error"):
+            return
+
+
+def listen(channel: Channel, request_id: str, timeout: float) -> AsyncIterator[Message]:
+    """Return the channel's frames for one request."""
+    return channel.listen(request_id, timeout, timeout)
