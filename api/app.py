@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import errors
+from api.catalogue import Catalogue
 from api.routes import catalog, health, jobs, speech
 from api.settings import ApiSettings, get_settings
 from api.state import State
@@ -13,7 +14,7 @@ from models.db import async_session_factory, make_async_engine
 from storage import store_for
 from workers.app import make_app
 from workers.channel import channel_for
-from workers.engines.catalog import catalog as load_catalog
+from workers.registry import registry_for
 from workers.settings import get_settings as worker_settings
 
 
@@ -27,7 +28,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.state.narrator = State(
             settings=settings, engine=engine, sessions=async_session_factory(engine),
             celery=make_app(), channel=channel_for(worker_settings()), store=store_for(),
-            models=load_catalog(),
+            catalogue=Catalogue(worker_settings(), registry_for(worker_settings())),
         )
         yield
         await engine.dispose()

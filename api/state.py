@@ -8,11 +8,11 @@ from celery import Celery
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from api.catalogue import Catalogue
 from api.errors import ApiError
 from api.settings import ApiSettings
 from storage import MediaStore
 from workers.channel import Channel
-from workers.engines.catalog import ModelInfo
 
 
 @dataclass
@@ -25,7 +25,7 @@ class State:
     celery: Celery
     channel: Channel
     store: MediaStore
-    models: tuple[ModelInfo, ...]
+    catalogue: Catalogue
 
 
 def get_state(request: Request) -> State:

@@ -1,6 +1,6 @@
 """Checks that need the catalogue or the settings: model, voice, extras, text limits."""
 
-from api.errors import bad_request
+from api.errors import bad_request, unavailable
 from api.schemas import SpeechFields
 from workers.engines.catalog import ModelInfo, VoiceInfo, speaks
 from workers.text import clean, speakable
@@ -8,6 +8,8 @@ from workers.text import clean, speakable
 
 def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...]) -> tuple[ModelInfo, VoiceInfo]:
     """Return the model and voice a request names, or raise a 400 that lists what exists."""
+    if not models:
+        raise unavailable("no model is available yet: no worker has registered one", 10)
     if fields.model is None:
         model = models[0]
     else:

@@ -61,6 +61,7 @@ def worker(
     from workers.settings import get_settings
 
     settings = get_settings()
+    os.environ["NARRATOR_WORKER_QUEUES"] = queues  # published in the worker registry
     pool = pool or ("solo" if settings.engine == "piper" else "threads")
     argv = ["worker", "-Q", queues, "--pool", pool, "-l", loglevel, "--without-mingle",
             "--without-gossip", "--without-heartbeat"]

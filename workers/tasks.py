@@ -1,26 +1,80 @@
 """Celery tasks: thin wrappers that take ids, call the pipeline and enqueue after commit."""
 
+import contextlib
+import os
+import threading
+import time
 import uuid
 from typing import Any
 
 import structlog
 from celery import Task
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_shutdown
 
 from workers import pipeline, speech
 from workers.app import BATCH, celery_app
 from workers.engines import SpeechRequest, get_engine
+from workers.engines.catalog import catalog
+from workers.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
 from workers.settings import get_settings
 
 log = structlog.get_logger()
 
 
+class _Presence:
+    """This worker's record in the registry, refreshed by a daemon thread."""
+
+    def __init__(self) -> None:
+        settings = get_settings()
+        self.registry = registry_for(settings)
+        self.queues = tuple(os.environ.get("NARRATOR_WORKER_QUEUES", "realtime,batch").split(","))
+        self.models = catalog(settings)
+        self.state = "warming"
+        self.id = worker_id()
+        self.stopped = threading.Event()
+
+    def publish(self) -> None:
+        try:
+            self.registry.publish(WorkerRecord(self.id, self.state, self.queues, self.models,
+                                               time.time()))
+        except Exception:  # the registry is advisory: never let it stop the worker
+            log.warning("worker.registry_failed", worker=self.id, exc_info=True)
+
+    def refresh(self) -> None:
+        while not self.stopped.wait(REFRESH_SECONDS):
+            self.publish()
+
+
+_presence: _Presence | None = None
+
+
 @worker_init.connect
 def _warm_engine(**_: Any) -> None:
-    """Load the engine and run it once before the worker takes tasks (solo/threads pools)."""
+    """Load the engine and run it once before the worker takes tasks (solo/threads pools).
+
+    The worker consumes nothing until this returns, so no segment waits on a cold engine.
+    """
+    global _presence
+    _presence = _Presence()
+    _presence.publish()
+    threading.Thread(target=_presence.refresh, name="registry", daemon=True).start()
     engine = get_engine()
-    engine.synthesize([SpeechRequest(text="Ready.", voice=engine.info.voices[0].id)])
+    voice = engine.info.voices[0].id if engine.info.voices else ""
+    if voice:
+        engine.synthesize([SpeechRequest(text="Ready.", voice=voice, max_new_tokens=16)])
+    else:
+        engine.start()
+    _presence.state = "ready"
+    _presence.publish()
     log.info("engine.ready", engine=engine.info.engine, model=engine.info.id)
+
+
+@worker_shutdown.connect
+def _leave(**_: Any) -> None:
+    if _presence is not None:
+        _presence.stopped.set()
+        with contextlib.suppress(Exception):
+            _presence.registry.remove(_presence.id)
 
 
 @celery_app.task(name="narrator.plan")

@@ -13,20 +13,21 @@ router = APIRouter()
 
 def _model(model: ModelInfo) -> dict[str, Any]:
     return {"id": model.id, "object": "model", "created": 0, "owned_by": "narrator",
-            "engine": model.engine, "languages": list(model.languages),
-            "sample_rate": model.sample_rate, "voices": [v.id for v in model.voices]}
+            "engine": model.engine, "task_type": model.task_type,
+            "languages": list(model.languages), "sample_rate": model.sample_rate,
+            "voices": [v.id for v in model.voices]}
 
 
 @router.get("/v1/models")
 async def list_models(state: StateDep, _: OwnerDep) -> dict[str, Any]:
     """List the configured models in OpenAI's list shape."""
-    return {"object": "list", "data": [_model(m) for m in state.models]}
+    return {"object": "list", "data": [_model(m) for m in await state.catalogue.models()]}
 
 
 @router.get("/v1/models/{model_id}")
 async def get_model(model_id: str, state: StateDep, _: OwnerDep) -> dict[str, Any]:
     """Describe one model."""
-    for model in state.models:
+    for model in await state.catalogue.models():
         if model.id == model_id:
             return _model(model)
     raise not_found(f"model '{model_id}' not found", "model")
@@ -38,5 +39,5 @@ async def list_voices(state: StateDep, _: OwnerDep) -> dict[str, Any]:
     return {"voices": [
         {"id": v.id, "name": v.name, "model": v.model, "languages": list(v.languages),
          "kind": v.kind}
-        for m in state.models for v in m.voices
+        for m in await state.catalogue.models() for v in m.voices
     ]}

@@ -42,9 +42,14 @@ async def readyz(state: StateDep) -> Json:
         except Exception as exc:
             checks[name] = f"error: {exc.__class__.__name__}: {exc}"[:300]
     failing = [k for k, v in checks.items() if v != "ok"]
+    workers = await state.catalogue.workers() if "broker" not in failing else []
+    # Workers are reported, not required: jobs queue up until one is ready.
+    summary = {"ready": sum(w.state == "ready" for w in workers),
+               "warming": sum(w.state == "warming" for w in workers)}
     if not failing:
-        return Json({"status": "ok", "checks": checks})
+        return Json({"status": "ok", "checks": checks, "workers": summary})
     return Json({"error": {"message": f"not ready: {', '.join(failing)} unreachable",
                            "type": "service_unavailable", "param": None,
-                           "code": "dependency_unavailable"}, "checks": checks},
+                           "code": "dependency_unavailable"}, "checks": checks,
+                 "workers": summary},
                 status_code=503, headers={"Retry-After": "5"})

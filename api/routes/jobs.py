@@ -99,7 +99,7 @@ async def create_job(body: JobBody, request: Request, state: StateDep, session: 
                      idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
                      ) -> Json:
     """Create a job, commit it, then enqueue its plan."""
-    model, voice = resolve(body, state.models)
+    model, voice = resolve(body, await state.catalogue.models())
     chapters = _chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
     _check_output_url(body.output_url)
     digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),

@@ -19,7 +19,7 @@ router = APIRouter()
              responses={200: {"content": {"audio/mpeg": {}}}})
 async def create_speech(body: SpeechBody, state: StateDep, _: OwnerDep) -> Response:
     """Speak `input` and return the audio bytes."""
-    model, voice = resolve(body, state.models)
+    model, voice = resolve(body, await state.catalogue.models())
     limit = state.settings.sync_max_chars
     text = text_field(body.input, "input", limit,
                       "send long text as an async job: POST /v1/audio/jobs")
