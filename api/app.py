@@ -7,7 +7,7 @@ from fastapi import FastAPI
 
 from api import errors
 from api.catalogue import Catalogue
-from api.routes import catalog, health, jobs, speech
+from api.routes import catalog, health, jobs, speech, voices
 from api.settings import ApiSettings, get_settings
 from api.state import State
 from models.db import async_session_factory, make_async_engine
@@ -36,6 +36,6 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app = FastAPI(title="Narrator", version="0.1.0", lifespan=lifespan,
                   default_response_class=errors.Json)
     errors.install(app)
-    for router in (speech.router, jobs.router, catalog.router, health.router):
+    for router in (speech.router, jobs.router, voices.router, catalog.router, health.router):
         app.include_router(router)
     return app

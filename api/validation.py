@@ -6,7 +6,8 @@ from workers.engines.catalog import ModelInfo, VoiceInfo, speaks
 from workers.text import clean, speakable
 
 
-def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...]) -> tuple[ModelInfo, VoiceInfo]:
+def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...],
+            uploaded: list[VoiceInfo] | None = None) -> tuple[ModelInfo, VoiceInfo]:
     """Return the model and voice a request names, or raise a 400 that lists what exists."""
     if not models:
         raise unavailable("no model is available yet: no worker has registered one", 10)
@@ -19,10 +20,14 @@ def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...]) -> tuple[ModelI
             raise bad_request(f"model: unknown model '{fields.model}'; available: {listed}",
                               "model", "model_not_found")
         model = found
-    voice_id = fields.voice_id or model.voices[0].id
-    voice = model.voice(voice_id)
+    own = [v for v in uploaded or [] if v.model == model.id]
+    if not model.voices and not own:
+        raise bad_request(f"voice: model '{model.id}' clones voices: upload one with "
+                          "POST /v1/audio/voices", "voice", "voice_not_found")
+    voice_id = fields.voice_id or (model.voices or tuple(own))[0].id
+    voice = model.voice(voice_id) or next((v for v in own if v.id == voice_id), None)
     if voice is None:
-        listed = ", ".join(v.id for v in model.voices)
+        listed = ", ".join(v.id for v in (*model.voices, *own))
         raise bad_request(f"voice: unknown voice '{voice_id}' for model '{model.id}'; "
                           f"available: {listed} (see GET /v1/audio/voices)",
                           "voice", "voice_not_found")

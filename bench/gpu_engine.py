@@ -141,7 +141,10 @@ class Bench:
         from workers.app import celery_app
 
         Base.metadata.create_all(sync_sessionmaker().kw["bind"])
+        from workers.app import worker_queues
+
         self._worker_cm = start_worker(celery_app, pool="threads",
+                                       queues=worker_queues([self.engine.info.id]),
                                        concurrency=max(self.args.concurrency),
                                        perform_ping_check=False, loglevel="WARNING",
                                        shutdown_timeout=30)
@@ -155,6 +158,7 @@ class Bench:
 
         from models import Job, JobStatus, Segment, SegmentStatus, utcnow
         from models.db import session_scope
+        from workers.app import model_queues
         from workers.tasks import synthesize
 
         job_id = uuid.uuid4()
@@ -169,8 +173,9 @@ class Bench:
                 {"id": ids[i], "job_id": job_id, "index": i, "text": TEXTS[i % len(TEXTS)]}
                 for i in range(len(ids))])
         start = time.perf_counter()
+        queue = model_queues(self.engine.info.id)[1]
         for segment_id in ids:
-            synthesize.apply_async((str(segment_id),), queue="batch")
+            synthesize.apply_async((str(segment_id),), queue=queue)
         while True:
             with session_scope() as session:
                 done, samples = session.execute(

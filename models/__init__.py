@@ -1,9 +1,9 @@
 """SQLAlchemy data model: jobs, segments, events, and the engine/session factories."""
 
 from models.base import Base, utcnow, uuid7
-from models.job import ACTIVE, Job, JobEvent, JobStatus, Segment, SegmentStatus
+from models.job import ACTIVE, Job, JobEvent, JobStatus, Segment, SegmentStatus, Voice
 
 __all__ = [
     "ACTIVE", "Base", "Job", "JobEvent", "JobStatus", "Segment", "SegmentStatus",
-    "utcnow", "uuid7",
+    "Voice", "utcnow", "uuid7",
 ]

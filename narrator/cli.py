@@ -51,16 +51,19 @@ def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
 
 @cli.command()
 def worker(
-    queues: Annotated[str, typer.Option(help="comma-separated queues")] = "realtime,batch",
+    queues: Annotated[str, typer.Option(
+        help="comma-separated queues (default: realtime.<model>, batch.<model>, batch)")] = "",
     pool: Annotated[str, typer.Option(help="solo for Piper, threads for vLLM-Omni")] = "",
     concurrency: int = 0,
     loglevel: str = "INFO",
 ) -> None:
     """Run a Celery worker on the configured engine."""
-    from workers.app import celery_app
+    from workers.app import celery_app, worker_queues
+    from workers.engines.catalog import catalog
     from workers.settings import get_settings
 
     settings = get_settings()
+    queues = queues or ",".join(worker_queues([m.id for m in catalog(settings)]))
     os.environ["NARRATOR_WORKER_QUEUES"] = queues  # published in the worker registry
     pool = pool or ("solo" if settings.engine == "piper" else "threads")
     argv = ["worker", "-Q", queues, "--pool", pool, "-l", loglevel, "--without-mingle",

@@ -1,5 +1,6 @@
 """The Celery app: Redis in production, kombu's filesystem transport when embedded."""
 
+import re
 from typing import Any
 
 from celery import Celery
@@ -8,7 +9,20 @@ from kombu import Queue
 from workers.settings import WorkerSettings, get_settings
 
 REALTIME = "realtime"
-BATCH = "batch"
+BATCH = "batch"  # plan and assemble: any worker
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def model_queues(model_id: str) -> tuple[str, str]:
+    """Return the realtime and batch queues of one model: only its workers consume them."""
+    name = _UNSAFE.sub("_", model_id)
+    return f"{REALTIME}.{name}", f"{BATCH}.{name}"
+
+
+def worker_queues(model_ids: list[str]) -> list[str]:
+    """Return the queues a worker serving `model_ids` consumes, realtime first."""
+    pairs = [model_queues(m) for m in model_ids]
+    return [q for q, _ in pairs] + [q for _, q in pairs] + [BATCH]
 
 
 def broker_options(settings: WorkerSettings) -> tuple[str, dict[str, Any]]:
@@ -42,8 +56,8 @@ def make_app(settings: WorkerSettings | None = None) -> Celery:
         task_reject_on_worker_lost=True,
         task_ignore_result=True,
         task_default_queue=BATCH,
-        task_queues=[Queue(REALTIME), Queue(BATCH)],
-        task_routes={"narrator.speak": {"queue": REALTIME}},
+        task_queues=[Queue(BATCH)],
+        task_create_missing_queues=True,  # the per-model queues
         task_serializer="json",
         accept_content=["json"],
         worker_prefetch_multiplier=1,

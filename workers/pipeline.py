@@ -27,13 +27,13 @@ def part_key(job_id: uuid.UUID, index: int) -> str:
     return f"jobs/{job_id}/parts/{index:06d}.flac"
 
 
-def plan(job_id: uuid.UUID) -> list[uuid.UUID]:
-    """Split a queued job into segments; return the ids of segments still to synthesise."""
+def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
+    """Split a queued job into segments; return its model and the segments to synthesise."""
     settings = get_settings()
     with session_scope() as session:
         job = session.get(Job, job_id)
         if job is None:
-            return []
+            return "", []
         if job.status == JobStatus.queued:
             gaps = Gaps(settings.sentence_gap_seconds, settings.paragraph_gap_seconds,
                         settings.chapter_gap_seconds)
@@ -52,15 +52,15 @@ def plan(job_id: uuid.UUID) -> list[uuid.UUID]:
                        segments_total=len(rows))
             log.info("job.planned", job_id=str(job_id), segments=len(rows))
         elif job.status != JobStatus.in_progress:
-            return []
+            return job.model, []
         pending = session.scalars(
             select(Segment.id).where(Segment.job_id == job_id,
                                      Segment.status == SegmentStatus.pending)
             .order_by(Segment.index)
         ).all()
         if not pending and job.segments_done >= job.segments_total:
-            return [job_id]  # nothing to synthesise: the caller assembles
-    return list(pending)
+            return job.model, [job_id]  # nothing to synthesise: the caller assembles
+    return job.model, list(pending)
 
 
 def synthesize(segment_id: uuid.UUID) -> uuid.UUID | None:

@@ -12,7 +12,7 @@ from celery import Task
 from celery.signals import worker_init, worker_shutdown
 
 from workers import pipeline, speech
-from workers.app import BATCH, celery_app
+from workers.app import BATCH, celery_app, model_queues
 from workers.engines import SpeechRequest, get_engine
 from workers.engines.catalog import catalog
 from workers.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
@@ -80,12 +80,13 @@ def _leave(**_: Any) -> None:
 @celery_app.task(name="narrator.plan")
 def plan(job_id: str) -> None:
     """Plan a job and enqueue its segments."""
-    ids = pipeline.plan(uuid.UUID(job_id))
+    model, ids = pipeline.plan(uuid.UUID(job_id))
     if ids == [uuid.UUID(job_id)]:
         assemble.apply_async((job_id,), queue=BATCH)
         return
+    queue = model_queues(model)[1]  # only workers serving the job's model take its segments
     for segment_id in ids:
-        synthesize.apply_async((str(segment_id),), queue=BATCH)
+        synthesize.apply_async((str(segment_id),), queue=queue)
 
 
 @celery_app.task(name="narrator.synthesize", bind=True)

@@ -5,7 +5,8 @@ from typing import Any
 from fastapi import APIRouter
 
 from api.errors import not_found
-from api.state import OwnerDep, StateDep
+from api.routes.voices import uploaded_voices
+from api.state import OwnerDep, SessionDep, StateDep
 from workers.engines.catalog import ModelInfo
 
 router = APIRouter()
@@ -34,10 +35,10 @@ async def get_model(model_id: str, state: StateDep, _: OwnerDep) -> dict[str, An
 
 
 @router.get("/v1/audio/voices")
-async def list_voices(state: StateDep, _: OwnerDep) -> dict[str, Any]:
-    """List every voice of every configured model."""
-    return {"voices": [
-        {"id": v.id, "name": v.name, "model": v.model, "languages": list(v.languages),
-         "kind": v.kind}
-        for m in await state.catalogue.models() for v in m.voices
-    ]}
+async def list_voices(state: StateDep, session: SessionDep, owner: OwnerDep) -> dict[str, Any]:
+    """List every voice of every model, the caller's uploaded voices included."""
+    models = await state.catalogue.models()
+    voices = [v for m in models for v in m.voices]
+    voices += await uploaded_voices(session, owner, models)
+    return {"voices": [{"id": v.id, "name": v.name, "model": v.model,
+                        "languages": list(v.languages), "kind": v.kind} for v in voices]}

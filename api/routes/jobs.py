@@ -14,6 +14,7 @@ from sqlalchemy.orm import defer
 from starlette.concurrency import iterate_in_threadpool
 
 from api.errors import ApiError, Json, bad_request, not_found, unavailable
+from api.routes.voices import uploaded_voices
 from api.schemas import JobBody
 from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve, text_field
@@ -99,7 +100,8 @@ async def create_job(body: JobBody, request: Request, state: StateDep, session: 
                      idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
                      ) -> Json:
     """Create a job, commit it, then enqueue its plan."""
-    model, voice = resolve(body, await state.catalogue.models())
+    models = await state.catalogue.models()
+    model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
     chapters = _chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
     _check_output_url(body.output_url)
     digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),

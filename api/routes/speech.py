@@ -7,9 +7,11 @@ from fastapi.responses import StreamingResponse
 
 from api import streaming
 from api.errors import ApiError, bad_request, unavailable
+from api.routes.voices import uploaded_voices
 from api.schemas import SpeechBody
-from api.state import OwnerDep, State, StateDep
+from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve, text_field
+from workers.app import model_queues
 from workers.channel import ChannelTimeout
 
 router = APIRouter()
@@ -17,9 +19,11 @@ router = APIRouter()
 
 @router.post("/v1/audio/speech", response_class=Response,
              responses={200: {"content": {"audio/mpeg": {}}}})
-async def create_speech(body: SpeechBody, state: StateDep, _: OwnerDep) -> Response:
+async def create_speech(body: SpeechBody, state: StateDep, session: SessionDep,
+                        owner: OwnerDep) -> Response:
     """Speak `input` and return the audio bytes."""
-    model, voice = resolve(body, await state.catalogue.models())
+    models = await state.catalogue.models()
+    model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
     limit = state.settings.sync_max_chars
     text = text_field(body.input, "input", limit,
                       "send long text as an async job: POST /v1/audio/jobs")
@@ -36,8 +40,8 @@ async def create_speech(body: SpeechBody, state: StateDep, _: OwnerDep) -> Respo
                "stream": streamed, **body.extras()}
     timeout = state.settings.sync_timeout_seconds
     try:
-        state.celery.send_task("narrator.speak", args=[payload], queue="realtime",
-                               expires=timeout)
+        state.celery.send_task("narrator.speak", args=[payload],
+                               queue=model_queues(model.id)[0], expires=timeout)
     except Exception as exc:
         raise unavailable(f"the broker is unreachable: {exc}") from exc
     if streamed:

@@ -58,12 +58,14 @@ def get_engine() -> Engine:
         from workers.engines.catalog import resolve_model_dir
         from workers.engines.qwen3_tts import Qwen3Config
         from workers.engines.vllm_omni import DEPLOY_DIR, VllmOmniEngine, cache_environment
+        from workers.voices import load_reference
 
         cache_environment(settings.cache_dir)
         deploy = settings.vllm_deploy_config or str(DEPLOY_DIR / "qwen3_tts_narrator.yaml")
         return VllmOmniEngine(
             info, Qwen3Config.load(resolve_model_dir(settings.model)),
             max_in_flight=settings.vllm_max_in_flight, priority=settings.vllm_priority,
+            references=load_reference,
             deploy_config="" if deploy == "default" else deploy,
             stage_init_timeout=settings.vllm_stage_init_timeout)
     raise ValueError(f"no engine for {info.engine!r}")

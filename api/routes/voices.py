@@ -1,0 +1,100 @@
+"""The voice library: upload a reference clip (Base checkpoints clone it), list, delete."""
+
+import uuid
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, File, Form, UploadFile
+from sqlalchemy import delete, select
+
+from api.errors import ApiError, bad_request, not_found
+from api.state import OwnerDep, SessionDep, StateDep
+from models import Voice, utcnow
+from workers.engines.catalog import ModelInfo, VoiceInfo
+from workers.voices import MAX_UPLOAD_BYTES, BadClip, check_clip, voice_key
+
+router = APIRouter()
+REFUSALS = {"", "0", "false", "no", "off"}
+
+
+def public_id(voice: Voice) -> str:
+    """Return `voice_<32 hex>`."""
+    return f"voice_{voice.id.hex}"
+
+
+def _object(voice: Voice, model: ModelInfo | None) -> dict[str, Any]:
+    return {"id": public_id(voice), "object": "audio.voice", "name": voice.name,
+            "model": voice.model, "languages": list(model.languages) if model else [],
+            "kind": "uploaded", "ref_text": voice.ref_text,
+            "duration_seconds": round(voice.duration_seconds, 3),
+            "created_at": int(voice.created_at.timestamp())}
+
+
+async def uploaded_voices(session: SessionDep, owner: str,
+                          models: tuple[ModelInfo, ...]) -> list[VoiceInfo]:
+    """Return the owner's uploaded voices, for models that clone (Base checkpoints)."""
+    cloners = {m.id: m for m in models if m.task_type == "Base"}
+    if not cloners:
+        return []
+    rows = await session.scalars(select(Voice).where(Voice.owner == owner,
+                                                     Voice.model.in_(cloners)))
+    return [VoiceInfo(id=public_id(v), name=v.name, model=v.model,
+                      languages=cloners[v.model].languages, kind="uploaded") for v in rows]
+
+
+@router.post("/v1/audio/voices", status_code=201)
+async def upload_voice(
+    state: StateDep, session: SessionDep, owner: OwnerDep,
+    file: Annotated[UploadFile, File(description="reference clip, 1-30 s, at most 10 MB")],
+    name: Annotated[str, Form(min_length=1, max_length=128)],
+    consent: Annotated[str, Form(description="the speaker's consent to be cloned")],
+    ref_text: Annotated[str | None, Form(max_length=2000)] = None,
+    model: Annotated[str | None, Form()] = None,
+) -> dict[str, Any]:
+    """Store a reference clip where every worker can read it."""
+    if consent.strip().lower() in REFUSALS:
+        raise bad_request("consent: the speaker's consent is required to clone a voice",
+                          "consent", "consent_required")
+    cloners = [m for m in await state.catalogue.models() if m.task_type == "Base"]
+    target = next((m for m in cloners if model in (None, m.id)), None)
+    if target is None:
+        which = f"named {model!r}" if model else "is served here"
+        raise bad_request(f"model: no voice-clone (Base) model {which}; uploaded voices "
+                          "need a Qwen3-TTS Base checkpoint", "model", "model_not_found")
+    data = await file.read(MAX_UPLOAD_BYTES + 1)
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise ApiError(413, f"file: larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MB",
+                       param="file", code="file_too_large")
+    try:
+        audio, rate = await anyio.to_thread.run_sync(check_clip, data)
+    except BadClip as exc:
+        raise bad_request(str(exc), "file", "invalid_audio") from None
+    voice = Voice(owner=owner, name=name, model=target.id, ref_text=ref_text or None,
+                  consent=consent.strip(), sample_rate=rate,
+                  duration_seconds=len(audio) / rate, created_at=utcnow())
+    voice.id = uuid.uuid4()
+    voice.key = voice_key(voice.id)
+    from workers.audio import encode
+
+    flac = await anyio.to_thread.run_sync(encode, audio, rate, "flac")
+    await anyio.to_thread.run_sync(state.store.put, voice.key, flac)
+    session.add(voice)
+    await session.commit()
+    return _object(voice, target)
+
+
+@router.delete("/v1/audio/voices/{voice_id}")
+async def delete_voice(voice_id: str, state: StateDep, session: SessionDep,
+                       owner: OwnerDep) -> dict[str, Any]:
+    """Delete an uploaded voice and its clip."""
+    try:
+        key = uuid.UUID(hex=voice_id.removeprefix("voice_"))
+    except ValueError:
+        raise not_found(f"voice '{voice_id}' not found", "voice_id") from None
+    deleted = (await session.execute(delete(Voice).where(Voice.id == key, Voice.owner == owner)
+                                     .returning(Voice.id))).first()
+    if deleted is None:
+        raise not_found(f"voice '{voice_id}' not found", "voice_id")
+    await session.commit()
+    await anyio.to_thread.run_sync(state.store.delete, f"voices/{key}")
+    return {"id": voice_id, "object": "audio.voice.deleted", "deleted": True}
