@@ -6,6 +6,7 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
+from workers import embedded_broker
 from workers.settings import WorkerSettings, get_settings
 
 REALTIME = "realtime"
@@ -33,7 +34,7 @@ def broker_options(settings: WorkerSettings) -> tuple[str, dict[str, Any]]:
     root = settings.broker_dir
     for sub in ("queue", "processed", "control"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    return "filesystem://", {
+    return f"{embedded_broker.SCHEME}://", {
         "data_folder_in": str(root / "queue"),
         "data_folder_out": str(root / "queue"),
         "processed_folder": str(root / "processed"),
