@@ -21,7 +21,8 @@ SCHEME = "narratorfs"
 class Channel(filesystem.Channel):
     """A filesystem channel whose messages appear whole or not at all."""
 
-    def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:
+    # The stubs of kombu's two base classes disagree on this signature.
+    def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:  # type: ignore[override]
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
         # The leading dot keeps consumers from matching the name until it is renamed.
