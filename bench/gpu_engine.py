@@ -133,7 +133,8 @@ class Bench:
         return time.perf_counter() - start, sum(counts)
 
     # (c) a real Celery worker consuming segment tasks from the embedded broker
-    def start_worker(self) -> None:
+    def start_worker(self, threads: int = 0) -> None:
+        """Start a Celery worker in this process (threads pool), as `narrator worker` does."""
         from celery.contrib.testing.worker import start_worker
 
         from models import Base
@@ -145,7 +146,8 @@ class Bench:
 
         self._worker_cm = start_worker(celery_app, pool="threads",
                                        queues=worker_queues([self.engine.info.id]),
-                                       concurrency=max(self.args.concurrency),
+                                       # as `narrator worker`: 1.5 x the engine's slots
+                                       concurrency=threads or max(self.args.concurrency) * 3 // 2,
                                        perform_ping_check=False, loglevel="WARNING",
                                        shutdown_timeout=30)
         self._worker_cm.__enter__()

@@ -69,7 +69,8 @@ def worker(
     argv = ["worker", "-Q", queues, "--pool", pool, "-l", loglevel, "--without-mingle",
             "--without-gossip", "--without-heartbeat"]
     if not concurrency and pool == "threads":
-        concurrency = settings.vllm_max_in_flight  # every in-flight segment shares the GPU
+        # Every in-flight segment shares the GPU; the extra threads write finished parts.
+        concurrency = settings.worker_threads or settings.vllm_max_in_flight * 3 // 2
     if concurrency:
         argv += ["-c", str(concurrency)]
     celery_app.worker_main(argv)

@@ -26,6 +26,9 @@ class WorkerSettings(BaseSettings):
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
     vllm_deploy_config: str = ""
     vllm_max_in_flight: int = 64
+    # Worker threads; 0: 1.5 x the in-flight bound, so finished segments are written while
+    # new ones already occupy the engine (bench.worker_overhead).
+    worker_threads: int = 0
     vllm_stage_init_timeout: int = 900
     vllm_priority: bool = True
     vllm_warmup_batch: int = 64
