@@ -150,6 +150,8 @@ def assemble(job_id: uuid.UUID) -> bool:
         ).all()
         if any(s.status != SegmentStatus.done for s in segments):
             return False
+        # Tell the reaper that assembly is under way (it re-enqueues stalled jobs only).
+        session.execute(update(Job).where(Job.id == job_id).values(updated_at=utcnow()))
         session.expunge_all()
     store = store_for()
     target = store_for(job.output_url) if job.output_url else store

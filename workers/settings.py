@@ -21,6 +21,9 @@ class WorkerSettings(BaseSettings):
     paragraph_gap_seconds: float = 0.6
     chapter_gap_seconds: float = 1.5
     segment_max_attempts: int = 3
+    # A running segment whose heartbeat is older than this lost its worker (reaper).
+    segment_stale_seconds: float = 900.0
+    reaper_interval_seconds: float = 30.0
     sync_timeout_seconds: float = 120.0
     webhook_secret: str = ""
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)

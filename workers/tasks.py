@@ -11,7 +11,7 @@ import structlog
 from celery import Task
 from celery.signals import worker_init, worker_shutdown
 
-from workers import pipeline, speech
+from workers import pipeline, reaper, speech
 from workers.app import BATCH, celery_app, model_queues
 from workers.engines import SpeechRequest, get_engine
 from workers.engines.catalog import catalog
@@ -66,6 +66,8 @@ def _warm_engine(**_: Any) -> None:
         engine.start()
     _presence.state = "ready"
     _presence.publish()
+    settings = get_settings()
+    reaper.start(settings.reaper_interval_seconds, settings.segment_stale_seconds, _enqueue)
     log.info("engine.ready", engine=engine.info.engine, model=engine.info.id)
 
 
@@ -75,6 +77,12 @@ def _leave(**_: Any) -> None:
         _presence.stopped.set()
         with contextlib.suppress(Exception):
             _presence.registry.remove(_presence.id)
+
+
+def _enqueue(task: str, item_id: str, model: str) -> None:
+    """Send a task by name to the queue it belongs on (the reaper's re-enqueue)."""
+    queue = model_queues(model)[1] if task == "narrator.synthesize" else BATCH
+    celery_app.send_task(task, args=[item_id], queue=queue)
 
 
 @celery_app.task(name="narrator.plan")

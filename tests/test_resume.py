@@ -1,0 +1,53 @@
+"""A worker SIGKILLed mid-job: after a restart the job completes, redoing at most what was
+in flight (the reaper puts the orphaned segment back; manifests count attempts)."""
+
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import base_env
+from tests.support import Process, Stack, narrator, start_stack, wait_for, wait_job
+
+PARAGRAPH = ("The keeper counted the ships that passed the rocks each night, and wrote their "
+             "names in a book that nobody else would ever read. ") * 3
+
+
+@pytest.fixture(scope="module")
+def fragile(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Stack]:
+    import redis
+
+    from tests.conftest import redis_url
+
+    redis.Redis.from_url(redis_url(14)).flushdb()
+    tmp = tmp_path_factory.mktemp("fragile")
+    env = base_env(tmp, database_url, 14) | {"NARRATOR_SEGMENT_STALE_SECONDS": "6",
+                                             "NARRATOR_REAPER_INTERVAL_SECONDS": "1"}
+    stack = start_stack(tmp, env)
+    yield stack
+    stack.stop()
+
+
+def test_sigkilled_worker_costs_at_most_its_in_flight_segment(fragile: Stack) -> None:
+    body = {"input": "\n\n".join([PARAGRAPH] * 10), "response_format": "wav"}
+    with fragile.client() as http:
+        job = http.post("/v1/audio/jobs", json=body).json()
+        deadline = time.monotonic() + 60
+        while http.get(f"/v1/audio/jobs/{job['id']}").json()["segments"]["done"] < 2:
+            assert time.monotonic() < deadline, "no progress before the kill"
+            time.sleep(0.05)
+        fragile.worker.stop(signal.SIGKILL)
+        killed_at = http.get(f"/v1/audio/jobs/{job['id']}").json()
+        assert killed_at["status"] == "in_progress"
+        restarted = Process(narrator("worker"), fragile.env,
+                            fragile.worker.log.with_name("worker2.log")).start()
+        fragile.worker = restarted
+        wait_for(lambda: "engine.ready" in restarted.output(), 60, "the restarted worker")
+        done = wait_job(http, job["id"], timeout=180)
+        assert done["status"] == "completed", done
+        manifest = http.get(done["result"]["manifest_url"]).json()
+    attempts = [s["attempts"] for s in manifest["segments"]]
+    assert len(attempts) == done["segments"]["total"] == 10
+    assert attempts.count(1) >= len(attempts) - 1  # only the segment in flight ran twice
+    assert max(attempts) <= 2

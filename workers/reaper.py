@@ -1,0 +1,90 @@
+"""The reaper: re-enqueue work whose message was lost, so a killed worker loses nothing.
+
+Every worker runs it on a timer; all it does is conditional, so several reapers at once are
+harmless, and a segment that is re-enqueued twice is still claimed once.
+- A segment `running` whose heartbeat is stale (its worker died) goes back to `pending`.
+- Pending segments of a running job that nobody has touched for a while are re-enqueued
+  (their messages may have been lost with a broker restart).
+- A `queued` job that was never planned gets its plan again; a job whose segments are all
+  done but that is not completed gets its assembly again.
+"""
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+
+import structlog
+from sqlalchemy import and_, select, update
+
+from models import Job, JobStatus, Segment, SegmentStatus, utcnow
+from models.db import session_scope
+
+log = structlog.get_logger()
+Enqueue = Callable[[str, str, str], None]  # task name, id, job's model
+
+
+def reap(stale_seconds: float, enqueue: Enqueue) -> dict[str, int]:
+    """Run one pass; return how many segments and jobs were re-enqueued."""
+    now = utcnow()
+    stale = now - timedelta(seconds=stale_seconds)
+    counts = {"segments_reset": 0, "segments_requeued": 0, "plans": 0, "assemblies": 0}
+    with session_scope() as session:
+        reset = session.execute(
+            update(Segment)
+            .where(Segment.status == SegmentStatus.running, Segment.heartbeat_at < stale)
+            .values(status=SegmentStatus.pending, heartbeat_at=now,
+                    error="worker lost while running; re-enqueued by the reaper")
+            .returning(Segment.id)).scalars().all()
+        counts["segments_reset"] = len(reset)
+        # Pending segments untouched since before `stale` (heartbeat is set when re-enqueued).
+        forgotten = session.execute(
+            select(Segment.id, Job.model).join(Job, Job.id == Segment.job_id)
+            .where(Segment.status == SegmentStatus.pending,
+                   Job.status == JobStatus.in_progress, Job.updated_at < stale,
+                   (Segment.heartbeat_at.is_(None)) | (Segment.heartbeat_at < stale))
+            .limit(10_000)).all()
+        if forgotten:
+            session.execute(update(Segment).where(Segment.id.in_([s for s, _ in forgotten]))
+                            .values(heartbeat_at=now))
+        unplanned = session.scalars(select(Job.id).where(
+            Job.status == JobStatus.queued, Job.created_at < stale,
+            Job.updated_at < stale)).all()
+        if unplanned:
+            session.execute(update(Job).where(Job.id.in_(unplanned)).values(updated_at=now))
+        unassembled = session.execute(select(Job.id).where(
+            Job.status == JobStatus.in_progress, Job.updated_at < stale,
+            and_(Job.segments_total > 0, Job.segments_done >= Job.segments_total))
+        ).scalars().all()
+        if unassembled:
+            session.execute(update(Job).where(Job.id.in_(unassembled)).values(updated_at=now))
+        models = dict(session.execute(select(Segment.id, Job.model).join(
+            Job, Job.id == Segment.job_id).where(Segment.id.in_(reset))).all()) if reset else {}
+    for segment_id in reset:
+        enqueue("narrator.synthesize", str(segment_id), models.get(segment_id, ""))
+    for segment_id, model in forgotten:
+        enqueue("narrator.synthesize", str(segment_id), model)
+    for job_id in unplanned:
+        enqueue("narrator.plan", str(job_id), "")
+    for job_id in unassembled:
+        enqueue("narrator.assemble", str(job_id), "")
+    counts |= {"segments_requeued": len(forgotten), "plans": len(unplanned),
+               "assemblies": len(unassembled)}
+    if any(counts.values()):
+        log.warning("reaper.requeued", **counts)
+    return counts
+
+
+def start(interval: float, stale_seconds: float, enqueue: Enqueue) -> threading.Event:
+    """Run the reaper every `interval` seconds in a daemon thread; set the event to stop."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            try:
+                reap(stale_seconds, enqueue)
+            except Exception:  # a database blip must not kill the thread
+                log.warning("reaper.failed", exc_info=True)
+
+    threading.Thread(target=loop, name="reaper", daemon=True).start()
+    return stop
+
