@@ -21,6 +21,7 @@ from tests.support import Process, Stack, free_port, start_stack, wait_for
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 S3_KEY, S3_SECRET, S3_BUCKET = "narrator-test", "narrator-test-secret", "media"
+WEBHOOK_SECRET = "whsec-test"
 
 
 def _with_path(url: str, path: str) -> str:
@@ -116,6 +117,7 @@ def base_env(tmp: Path, database_url: str, redis_db: int) -> dict[str, str]:
         "NARRATOR_DATABASE_URL": database_url,
         "NARRATOR_BROKER_URL": redis_url(redis_db),
         "NARRATOR_LOG_JSON": "1",
+        "NARRATOR_WEBHOOK_SECRET": WEBHOOK_SECRET,
         "PYTHONUNBUFFERED": "1",
     }
 

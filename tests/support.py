@@ -98,6 +98,7 @@ def start_stack(tmp: Path, env: dict[str, str], *, worker: bool = True) -> Stack
     """Start `narrator api` and `narrator worker` with `env`, and wait until both are ready."""
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    env = {"NARRATOR_PUBLIC_API_URL": f"http://127.0.0.1:{port}"} | env
     api = Process(narrator("api", "--port", str(port)), env, tmp / "api.log").start()
     work = Process(narrator("worker"), env, tmp / "worker.log")
     if worker:

@@ -138,6 +138,12 @@ def release(segment_id: uuid.UUID, error: str, max_attempts: int) -> bool:
     return retry
 
 
+def job_of(segment_id: uuid.UUID) -> uuid.UUID | None:
+    """Return the job a segment belongs to."""
+    with session_scope() as session:
+        return session.scalar(select(Segment.job_id).where(Segment.id == segment_id))
+
+
 def assemble(job_id: uuid.UUID) -> bool:
     """Stitch the parts into the final media and mark the job completed; True if it did."""
     settings = get_settings()

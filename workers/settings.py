@@ -26,6 +26,7 @@ class WorkerSettings(BaseSettings):
     reaper_interval_seconds: float = 30.0
     sync_timeout_seconds: float = 120.0
     webhook_secret: str = ""
+    public_api_url: str = "http://127.0.0.1:8000"  # base of API URLs in webhook payloads
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
     vllm_deploy_config: str = ""
     vllm_max_in_flight: int = 64

@@ -7,11 +7,12 @@ import time
 import uuid
 from typing import Any
 
+import httpx
 import structlog
 from celery import Task
 from celery.signals import worker_init, worker_shutdown
 
-from workers import pipeline, reaper, speech
+from workers import pipeline, reaper, speech, webhooks
 from workers.app import BATCH, celery_app, model_queues
 from workers.engines import SpeechRequest, get_engine
 from workers.engines.catalog import catalog
@@ -108,6 +109,9 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         if pipeline.release(uuid.UUID(segment_id), repr(exc), settings.segment_max_attempts):
             raise self.retry(countdown=2 ** min(self.request.retries, 6), max_retries=None,
                              exc=exc) from exc
+        job = pipeline.job_of(uuid.UUID(segment_id))
+        if job is not None:
+            notify.apply_async((str(job),), queue=BATCH)  # the job failed: tell its owner
         return
     if job_id is not None:
         assemble.apply_async((str(job_id),), queue=BATCH)
@@ -117,7 +121,17 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
                  max_retries=8)
 def assemble(job_id: str) -> None:
     """Assemble a job whose segments are all done; storage errors are retried with backoff."""
-    pipeline.assemble(uuid.UUID(job_id))
+    if pipeline.assemble(uuid.UUID(job_id)):
+        notify.apply_async((job_id,), queue=BATCH)
+
+
+@celery_app.task(name="narrator.notify", autoretry_for=(httpx.HTTPError,), retry_backoff=True,
+                 retry_backoff_max=600, max_retries=10)
+def notify(job_id: str) -> None:
+    """Call the job's webhook; failures are retried with exponential backoff."""
+    result = webhooks.notify(uuid.UUID(job_id))
+    if result is not None:
+        log.info("webhook.delivered", job_id=job_id, **result)
 
 
 @celery_app.task(name="narrator.speak")

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 import anyio
 import orjson
+import structlog
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import delete, select, update
@@ -25,6 +26,7 @@ from storage import MediaStore, store_for
 from workers.formats import CONTENT_TYPES
 
 router = APIRouter()
+log = structlog.get_logger()
 Variant = Literal["audio", "subtitles_srt", "subtitles_vtt", "manifest", "chapter"]
 MEDIA_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json"}
 
@@ -235,6 +237,11 @@ async def cancel_job(job_id: str, request: Request, state: StateDep, session: Se
     moved = await atransition(session, job.id, ACTIVE, JobStatus.cancelled,
                               completed_at=utcnow())
     await session.commit()
+    if moved is not None and job.webhook_url:
+        try:
+            state.celery.send_task("narrator.notify", args=[str(job.id)], queue="batch")
+        except Exception as exc:  # the cancel stands; only the webhook is late
+            log.warning("webhook.enqueue_failed", job_id=str(job.id), error=str(exc))
     if moved is None:
         await session.refresh(job)
         if job.status != JobStatus.cancelled:
