@@ -17,6 +17,14 @@ class ApiSettings(BaseSettings):
     max_body_bytes: int = 32 * 1024 * 1024
     public_api_url: str = ""
     sync_timeout_seconds: float = 120.0
+    # Where jobs may deliver with `output_url`: comma-separated s3://bucket/prefix/ entries.
+    output_url_prefixes: str = ""
+
+    @property
+    def output_prefixes(self) -> list[str]:
+        """Return the allowed output URL prefixes, each ending in '/'."""
+        return [p.strip().rstrip("/") + "/" for p in self.output_url_prefixes.split(",")
+                if p.strip()]
 
     @property
     def keys(self) -> set[str]:

@@ -150,6 +150,7 @@ def s3_stack(tmp_path_factory: pytest.TempPathFactory, database_url: str,
         "NARRATOR_S3_ENDPOINT_URL": s3["endpoint"],
         "NARRATOR_S3_ACCESS_KEY_ID": s3["key"],
         "NARRATOR_S3_SECRET_ACCESS_KEY": s3["secret"],
+        "NARRATOR_OUTPUT_URL_PREFIXES": f"s3://{s3['bucket']}/deliveries/",
     }
     stack = start_stack(tmp, env)
     stack.extra = s3

@@ -215,3 +215,25 @@ def test_manifest_is_valid_json_with_settings(local_stack: Stack) -> None:
     assert manifest["speed"] == 1.25
     assert manifest["voice"] == "joe"
     assert missing.status_code == 404
+
+
+def test_output_url_delivers_under_an_allowed_prefix(s3_stack: Stack) -> None:
+    s3 = s3_stack.extra
+    target = f"s3://{s3['bucket']}/deliveries/customer-a"
+    with s3_stack.client() as http:
+        job = http.post("/v1/audio/jobs", json={"input": "Delivered elsewhere.",
+                                                "output_url": target}).json()
+        job = wait_job(http, job["id"])
+        assert job["status"] == "completed", job
+        assert httpx.get(job["result"]["url"]).status_code == 200
+        refused = [http.post("/v1/audio/jobs", json={"input": "No.", "output_url": url})
+                   for url in (f"s3://{s3['bucket']}/other", f"s3://{s3['bucket']}/deliveries-x",
+                               f"s3://{s3['bucket']}/deliveries/../secret", "file:///etc")]
+    client = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
+                          aws_secret_access_key=s3["secret"], region_name="us-east-1")
+    key = f"deliveries/customer-a/jobs/{_uuid(job['id'])}/audio.mp3"
+    assert client.head_object(Bucket=s3["bucket"], Key=key)["ContentLength"] == \
+        job["result"]["bytes"]
+    for response in refused:
+        assert response.status_code == 400
+        assert error_of(response)["param"] == "output_url"

@@ -1,6 +1,7 @@
 """Async jobs: create, get, list, content, cancel, delete."""
 
 import hashlib
+import posixpath
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -90,10 +91,23 @@ def _chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, An
     return chapters
 
 
-def _check_output_url(url: str | None) -> None:
-    if url is not None:
+def _check_output_url(url: str | None, allowed: list[str]) -> str | None:
+    """Return the normalised output URL if it lies under an allowed prefix, else a 400."""
+    if url is None:
+        return None
+    scheme, sep, path = url.partition("://")
+    if scheme != "s3" or not sep or not path.strip("/"):
+        raise bad_request("output_url: must be s3://bucket/prefix", "output_url",
+                          "invalid_value")
+    normal = f"s3://{posixpath.normpath('/' + path).lstrip('/')}"
+    if not allowed:
         raise bad_request("output_url: delivery to an external location is not enabled on "
-                          "this server", "output_url", "unsupported_parameter")
+                          "this server (NARRATOR_OUTPUT_URL_PREFIXES)", "output_url",
+                          "unsupported_parameter")
+    if not any((normal + "/").startswith(prefix) for prefix in allowed):
+        raise bad_request(f"output_url: not under an allowed prefix ({', '.join(allowed)})",
+                          "output_url", "output_url_not_allowed")
+    return normal
 
 
 @router.post("/v1/audio/jobs", status_code=202)
@@ -105,7 +119,7 @@ async def create_job(body: JobBody, request: Request, state: StateDep, session: 
     models = await state.catalogue.models()
     model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
     chapters = _chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
-    _check_output_url(body.output_url)
+    output_url = _check_output_url(body.output_url, state.settings.output_prefixes)
     digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),
                                          option=orjson.OPT_SORT_KEYS)).hexdigest()
     if idempotency_key:
@@ -116,7 +130,7 @@ async def create_job(body: JobBody, request: Request, state: StateDep, session: 
             return _replay(existing, digest, request, state)
     options = {k: v for k, v in body.extras().items()} | {"subtitles": body.subtitles}
     job = Job(owner=owner, model=model.id, voice=voice.id, response_format=body.response_format,
-              speed=body.speed, options=options, chapters=chapters, output_url=body.output_url,
+              speed=body.speed, options=options, chapters=chapters, output_url=output_url,
               webhook_url=body.webhook_url, meta=body.metadata,
               idempotency_key=idempotency_key, request_hash=digest,
               input_characters=sum(len(c["input"]) for c in chapters))
