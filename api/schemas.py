@@ -63,6 +63,8 @@ class JobBody(SpeechFields):
 
     input: StrictStr | None = None
     chapters: list[Chapter] | None = None
+    # markdown: level-1 and level-2 headings of `input` become chapters; markup is not read.
+    input_format: Literal["text", "markdown"] = "text"
     output_url: Annotated[StrictStr, Field(max_length=1024)] | None = None
     webhook_url: Annotated[StrictStr, Field(max_length=2048)] | None = None
     subtitles: list[Subtitle] = Field(default_factory=list)

@@ -237,3 +237,32 @@ def test_output_url_delivers_under_an_allowed_prefix(s3_stack: Stack) -> None:
     for response in refused:
         assert response.status_code == 400
         assert error_of(response)["param"] == "output_url"
+
+
+MARKDOWN = """A short preface, *read first*.
+
+# The Harbour
+The boats came in **late**. See [the chart](http://example.com/chart).
+
+```
+code_is_not_read()
+```
+
+## The Storm
+Rain fell all night.
+"""
+
+
+def test_markdown_headings_become_chapters(local_stack: Stack) -> None:
+    with local_stack.client() as http:
+        job = http.post("/v1/audio/jobs", json={"input": MARKDOWN, "input_format": "markdown",
+                                                "subtitles": ["srt"]}).json()
+        job = wait_job(http, job["id"])
+        assert job["status"] == "completed", job
+        srt = http.get(job["result"]["subtitles"]["srt"]).text
+    titles = [c["title"] for c in job["result"]["chapters"]]
+    assert titles == ["Chapter 1", "The Harbour", "The Storm"]
+    assert "The boats came in late. See the chart." in srt
+    assert "*" not in srt
+    assert "](" not in srt
+    assert "code_is_not_read" not in srt

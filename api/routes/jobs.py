@@ -17,7 +17,7 @@ from starlette.concurrency import iterate_in_threadpool
 
 from api.errors import ApiError, Json, bad_request, not_found, unavailable
 from api.routes.voices import uploaded_voices
-from api.schemas import JobBody
+from api.schemas import Chapter, JobBody
 from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve, text_field
 from api.views import job_object
@@ -25,6 +25,7 @@ from models import ACTIVE, Job, JobStatus, utcnow
 from models.transitions import atransition
 from storage import MediaStore, store_for
 from workers.formats import CONTENT_TYPES
+from workers.markdown import chapters as markdown_chapters
 
 router = APIRouter()
 log = structlog.get_logger()
@@ -72,8 +73,18 @@ def _chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, An
     if body.input is not None and body.chapters is not None:
         raise bad_request("input: give either 'input' or 'chapters', not both", "input",
                           "invalid_value")
-    if body.input is not None:
+    if body.input is not None and body.input_format == "markdown":
+        parsed = markdown_chapters(body.input)
+        if not parsed:
+            raise bad_request("input: the Markdown has nothing to speak", "input", "empty_input")
+        body = body.model_copy(update={"input": None, "chapters": [
+            Chapter(title=c["title"], input=c["input"]) for c in parsed]})
+    elif body.input is not None:
         return [{"title": None, "input": text_field(body.input, "input", limit)}]
+    elif body.input_format == "markdown":  # chapters given: strip each one's markup
+        plain = [Chapter(title=c.title, input="\n\n".join(
+            part["input"] for part in markdown_chapters(c.input))) for c in body.chapters or []]
+        body = body.model_copy(update={"chapters": plain})
     assert body.chapters is not None
     if not body.chapters:
         raise bad_request("chapters: must not be empty", "chapters", "empty_input")
