@@ -37,3 +37,26 @@ def test_long_ogg_opus_is_written_in_blocks(tmp_path: object) -> None:
     encode_to([tone(150.0, 24000)], 24000, "opus", path)
     audio, rate = decode(path)
     assert abs(len(audio) / rate - 150.0) < 0.1
+
+
+def test_loudness_normalize_reaches_the_target_without_clipping() -> None:
+    import pyloudnorm
+
+    from workers.audio import loudness_normalize
+
+    quiet = (tone(5.0, 24000) * 0.05).astype(np.float32)
+    out = loudness_normalize(quiet, 24000, -16.0)
+    assert abs(pyloudnorm.Meter(24000).integrated_loudness(out.astype(np.float64)) + 16) < 0.2
+    loud = np.sign(tone(5.0, 24000)).astype(np.float32)  # a square wave at full scale
+    assert float(np.max(np.abs(loudness_normalize(loud, 24000, 0.0)))) < 1.0
+    short = tone(0.2, 24000)
+    assert loudness_normalize(short, 24000) is short
+
+
+def test_fade_edges_start_and_end_at_zero() -> None:
+    from workers.audio import fade_edges
+
+    faded = fade_edges(np.ones(24000, dtype=np.float32), 24000)
+    assert faded[0] == 0.0
+    assert faded[-1] == 0.0
+    assert faded[12000] == 1.0

@@ -7,11 +7,13 @@ from typing import Any
 
 import boto3
 import httpx
+import pyloudnorm
 import pytest
 from sqlalchemy import Engine, text
 
 from tests.conftest import count_jobs, error_of
 from tests.support import Stack, audio_stats, wait_job
+from workers.audio import decode
 
 BOOK = {
     "chapters": [
@@ -92,6 +94,9 @@ def test_job_completes_to_s3_with_presigned_urls(s3_stack: Stack) -> None:
     assert abs(duration - result["duration_seconds"]) < 0.01
     assert rms > 0.02
     assert httpx.get(result["subtitles"]["vtt"]).text.startswith("WEBVTT")
+    samples, rate = decode(audio.content)
+    loudness = pyloudnorm.Meter(rate).integrated_loudness(samples.astype("float64"))
+    assert abs(loudness + 16.0) < 1.0  # parts are normalised to -16 LUFS
     s3 = s3_stack.extra
     client = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
                           aws_secret_access_key=s3["secret"], region_name="us-east-1")

@@ -15,6 +15,7 @@ from models.db import session_scope
 from models.transitions import transition
 from storage import store_for
 from workers import assembly
+from workers.audio import fade_edges, loudness_normalize
 from workers.engines import SpeechRequest, get_engine
 from workers.settings import get_settings
 from workers.text import Gaps, plan_pieces
@@ -65,6 +66,7 @@ def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
 
 def synthesize(segment_id: uuid.UUID) -> uuid.UUID | None:
     """Claim and synthesise one segment; return the job id if it was the last to finish."""
+    settings = get_settings()
     job_running = exists().where(Job.id == Segment.job_id, Job.status == JobStatus.in_progress)
     with session_scope() as session:
         claimed = session.execute(
@@ -87,6 +89,9 @@ def synthesize(segment_id: uuid.UUID) -> uuid.UUID | None:
         )
     engine = get_engine()
     audio = engine.synthesize([request])[0]
+    if settings.loudness_lufs:
+        audio = loudness_normalize(audio, engine.sample_rate, settings.loudness_lufs)
+    audio = fade_edges(audio, engine.sample_rate)
     store_for().put(part_key(job_id, index), assembly.flac_bytes(audio, engine.sample_rate))
     seconds = len(audio) / engine.sample_rate
     with session_scope() as session:
