@@ -3,7 +3,7 @@
 from api.errors import bad_request, unavailable
 from api.schemas import SpeechFields
 from workers.engines.catalog import ModelInfo, VoiceInfo, speaks
-from workers.text import clean, speakable
+from workers.text import clean, speakable, strip_pauses
 
 
 def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...],
@@ -47,7 +47,7 @@ def text_field(text: str, param: str, limit: int, hint: str = "") -> str:
     cleaned = clean(text).strip()
     if not text.strip():
         raise bad_request(f"{param}: must not be empty", param, "empty_input")
-    if not speakable(cleaned):
+    if not speakable(strip_pauses(cleaned)):
         raise bad_request(f"{param}: has nothing to speak (only control characters, "
                           "punctuation or whitespace)", param, "empty_input")
     if len(cleaned) > limit:

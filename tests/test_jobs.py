@@ -71,6 +71,7 @@ def test_chaptered_job_completes_to_local_disk(local_stack: Stack, db: Engine) -
     assert local_stack.media is not None
     folder = local_stack.media / "jobs" / _uuid(job["id"])
     assert (folder / "audio.mp3").stat().st_size == result["bytes"]
+    assert not (folder / "parts").exists()
     with db.connect() as connection:
         events = connection.execute(text(
             "SELECT from_status, to_status FROM job_events WHERE job_id = :id ORDER BY id"),
@@ -271,3 +272,13 @@ def test_markdown_headings_become_chapters(local_stack: Stack) -> None:
     assert "*" not in srt
     assert "](" not in srt
     assert "code_is_not_read" not in srt
+
+
+def test_inline_pause_marks_become_silence(local_stack: Stack) -> None:
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json={
+            "input": "Before the pause. [pause:2.5s] After the pause."}).json()["id"])
+        manifest = http.get(job["result"]["manifest_url"]).json()
+    first, second = manifest["segments"]
+    gap = second["start_seconds"] - first["start_seconds"] - first["duration_seconds"]
+    assert abs(gap - 2.5) < 0.001

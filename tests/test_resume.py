@@ -23,7 +23,8 @@ def fragile(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iter
     redis.Redis.from_url(redis_url(14)).flushdb()
     tmp = tmp_path_factory.mktemp("fragile")
     env = base_env(tmp, database_url, 14) | {"NARRATOR_SEGMENT_STALE_SECONDS": "6",
-                                             "NARRATOR_REAPER_INTERVAL_SECONDS": "1"}
+                                             "NARRATOR_REAPER_INTERVAL_SECONDS": "1",
+                                             "NARRATOR_RESULT_TTL_HOURS": "0.002"}  # 7.2 s
     stack = start_stack(tmp, env)
     yield stack
     stack.stop()
@@ -51,3 +52,22 @@ def test_sigkilled_worker_costs_at_most_its_in_flight_segment(fragile: Stack) ->
     assert len(attempts) == done["segments"]["total"] == 10
     assert attempts.count(1) >= len(attempts) - 1  # only the segment in flight ran twice
     assert max(attempts) <= 2
+
+
+def test_media_past_its_ttl_is_deleted_by_the_reaper(fragile: Stack) -> None:
+    with fragile.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json={"input": "Short-lived."}
+                                       ).json()["id"])
+        assert job["status"] == "completed"
+        assert job["expires_at"] - job["completed_at"] in (7, 8)
+        folder = fragile.api.log.parent / "media" / "jobs" / _uuid(job["id"])
+        assert (folder / "audio.mp3").exists()
+        assert not (folder / "parts").exists()  # parts go once the job is assembled
+        wait_for(lambda: not folder.exists(), 30, "the reaper to delete expired media")
+        assert http.get(f"/v1/audio/jobs/{job['id']}").status_code == 404
+
+
+def _uuid(job_id: str) -> str:
+    import uuid
+
+    return str(uuid.UUID(hex=job_id.removeprefix("job_")))

@@ -35,3 +35,16 @@ def test_plan_gives_chapter_and_paragraph_gaps() -> None:
     pieces = list(plan_pieces(["One. Two.\n\nThree.", "Four."], 400, gaps))
     assert [(p.chapter, p.text, p.pause_after) for p in pieces] == [
         (0, "One. Two.", 0.5), (0, "Three.", 2.0), (1, "Four.", 2.0)]
+
+
+def test_inline_pause_marks_set_the_silence_after_a_piece() -> None:
+    gaps = Gaps(segment=0.1, paragraph=0.5, chapter=2.0)
+    text = "One. [pause:1.5s] Two. [PAUSE: 2 s]\n\nThree.[pause:99s]"
+    pieces = [(p.text, p.pause_after) for p in plan_pieces([text, "Four."], 400, gaps)]
+    assert pieces == [("One.", 1.5), ("Two.", 2.0), ("Three.", 30.0), ("Four.", 2.0)]
+
+
+def test_strip_pauses_removes_the_marks() -> None:
+    from workers.text import strip_pauses
+
+    assert "pause" not in strip_pauses("Wait [pause:2s] here.")

@@ -46,8 +46,13 @@ def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
                 for n, piece in enumerate(
                     plan_pieces(texts, settings.segment_chars, gaps, language))
             ]
-            if rows:
-                session.execute(insert(Segment), rows)
+            if not rows:
+                transition(session, job_id, [JobStatus.queued], JobStatus.failed,
+                           completed_at=utcnow(),
+                           error={"code": "empty_input", "message": "the text has nothing to "
+                                  "speak once split into sentences"})
+                return job.model, []
+            session.execute(insert(Segment), rows)
             transition(session, job_id, [JobStatus.queued], JobStatus.in_progress,
                        detail={"segments": len(rows)}, started_at=utcnow(),
                        segments_total=len(rows))
@@ -175,5 +180,7 @@ def assemble(job_id: uuid.UUID) -> bool:
         moved = transition(session, job_id, [JobStatus.in_progress], JobStatus.completed,
                            result=result, completed_at=now, expires_at=expires,
                            audio_seconds=result["duration_seconds"])
-    log.info("job.completed", job_id=str(job_id), seconds=result["duration_seconds"])
+    if moved is not None:
+        store.delete(f"jobs/{job_id}/parts")  # only a running job needs its parts
+        log.info("job.completed", job_id=str(job_id), seconds=result["duration_seconds"])
     return moved is not None

@@ -7,6 +7,8 @@ harmless, and a segment that is re-enqueued twice is still claimed once.
   (their messages may have been lost with a broker restart).
 - A `queued` job that was never planned gets its plan again; a job whose segments are all
   done but that is not completed gets its assembly again.
+- A completed job past its `expires_at` (RESULT_TTL_HOURS) loses its media and is marked
+  deleted.
 """
 
 import threading
@@ -18,6 +20,7 @@ from sqlalchemy import and_, select, update
 
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
+from storage import store_for
 
 log = structlog.get_logger()
 Enqueue = Callable[[str, str, str], None]  # task name, id, job's model
@@ -27,7 +30,8 @@ def reap(stale_seconds: float, enqueue: Enqueue) -> dict[str, int]:
     """Run one pass; return how many segments and jobs were re-enqueued."""
     now = utcnow()
     stale = now - timedelta(seconds=stale_seconds)
-    counts = {"segments_reset": 0, "segments_requeued": 0, "plans": 0, "assemblies": 0}
+    counts = {"segments_reset": 0, "segments_requeued": 0, "plans": 0, "assemblies": 0,
+              "expired": 0}
     with session_scope() as session:
         reset = session.execute(
             update(Segment)
@@ -57,6 +61,9 @@ def reap(stale_seconds: float, enqueue: Enqueue) -> dict[str, int]:
         ).scalars().all()
         if unassembled:
             session.execute(update(Job).where(Job.id.in_(unassembled)).values(updated_at=now))
+        expired = session.execute(
+            update(Job).where(Job.expires_at < now, Job.deleted_at.is_(None))
+            .values(deleted_at=now).returning(Job.id, Job.output_url)).all()
         models = dict(session.execute(select(Segment.id, Job.model).join(
             Job, Job.id == Segment.job_id).where(Segment.id.in_(reset))).all()) if reset else {}
     for segment_id in reset:
@@ -67,8 +74,11 @@ def reap(stale_seconds: float, enqueue: Enqueue) -> dict[str, int]:
         enqueue("narrator.plan", str(job_id), "")
     for job_id in unassembled:
         enqueue("narrator.assemble", str(job_id), "")
+    for job_id, output_url in expired:  # past RESULT_TTL_HOURS: the media goes
+        for store in {store_for(), store_for(output_url) if output_url else store_for()}:
+            store.delete(f"jobs/{job_id}")
     counts |= {"segments_requeued": len(forgotten), "plans": len(unplanned),
-               "assemblies": len(unassembled)}
+               "assemblies": len(unassembled), "expired": len(expired)}
     if any(counts.values()):
         log.warning("reaper.requeued", **counts)
     return counts

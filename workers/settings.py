@@ -38,7 +38,7 @@ class WorkerSettings(BaseSettings):
     vllm_priority: bool = True
     vllm_warmup_batch: int = 64
     cache_dir: str = ""
-    result_ttl_hours: int = 0
+    result_ttl_hours: float = 0.0
 
     @property
     def embedded_broker(self) -> bool:

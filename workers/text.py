@@ -92,17 +92,50 @@ class Gaps:
     chapter: float = 1.5
 
 
+PAUSE = re.compile(r"\[pause:\s*(\d+(?:\.\d+)?)\s*s\]", re.IGNORECASE)
+MAX_PAUSE_SECONDS = 30.0
+
+
+def strip_pauses(text: str) -> str:
+    """Remove inline pause marks (sync speech does not honour them)."""
+    return PAUSE.sub(" ", text)
+
+
+def _parts(paragraph: str) -> Iterator[tuple[str, float | None]]:
+    """Split a paragraph at `[pause:1.5s]` marks: (text, pause after it or None)."""
+    start = 0
+    for mark in PAUSE.finditer(paragraph):
+        yield paragraph[start : mark.start()], min(float(mark.group(1)), MAX_PAUSE_SECONDS)
+        start = mark.end()
+    yield paragraph[start:], None
+
+
 def plan_pieces(chapters: list[str], limit: int, gaps: Gaps,
                 language: str = "en") -> Iterator[Piece]:
-    """Yield the segments of a job: chapters, then paragraphs, then packed sentences."""
+    """Yield the segments of a job: chapters, then paragraphs, then packed sentences.
+
+    The silence after a piece is the inline `[pause:Ns]` marks that follow it (summed), or
+    else the largest structural gap that follows it (segment, paragraph or chapter).
+    """
     for number, text in enumerate(chapters):
-        pending: Piece | None = None
-        for paragraph in paragraphs(clean(text)):
-            if pending is not None:
-                yield Piece(pending.chapter, pending.text, gaps.paragraph)
-            pieces = list(pack(sentences(paragraph, language), limit))
-            for text_piece in pieces[:-1]:
-                yield Piece(number, text_piece, gaps.segment)
-            pending = Piece(number, pieces[-1], gaps.segment) if pieces else None
-        if pending is not None:
-            yield Piece(pending.chapter, pending.text, gaps.chapter)
+        # A flat list: piece texts and the gaps between them, (seconds, explicit).
+        events: list[str | tuple[float, bool]] = []
+        for n, paragraph in enumerate(paragraphs(clean(text))):
+            if n:
+                events.append((gaps.paragraph, False))
+            for part, pause in _parts(paragraph):
+                for piece in pack(sentences(part.strip(), language), limit) if part.strip() \
+                        else ():
+                    if events and isinstance(events[-1], str):
+                        events.append((gaps.segment, False))
+                    events.append(piece)
+                if pause is not None:
+                    events.append((pause, True))
+        events.append((gaps.chapter, False))
+        texts = [i for i, event in enumerate(events) if isinstance(event, str)]
+        for k, index in enumerate(texts):
+            end = texts[k + 1] if k + 1 < len(texts) else len(events)
+            following = [e for e in events[index + 1 : end] if isinstance(e, tuple)]
+            explicit = [seconds for seconds, marked in following if marked]
+            pause = sum(explicit) if explicit else max(seconds for seconds, _ in following)
+            yield Piece(number, str(events[index]), pause)

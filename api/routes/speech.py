@@ -13,6 +13,7 @@ from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve, text_field
 from workers.app import model_queues
 from workers.channel import ChannelTimeout
+from workers.text import strip_pauses
 
 router = APIRouter()
 
@@ -25,8 +26,8 @@ async def create_speech(body: SpeechBody, state: StateDep, session: SessionDep,
     models = await state.catalogue.models()
     model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
     limit = state.settings.sync_max_chars
-    text = text_field(body.input, "input", limit,
-                      "send long text as an async job: POST /v1/audio/jobs")
+    text = strip_pauses(text_field(body.input, "input", limit,
+                                   "send long text as an async job: POST /v1/audio/jobs"))
     streamed = body.stream_format is not None
     allowed = ("pcm",) if body.stream_format == "sse" else ("pcm", "wav")
     if streamed and body.response_format not in allowed:
