@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from tests.conftest import count_jobs, error_of
+from tests.epub_maker import make_epub
 from tests.support import Stack, audio_stats, wait_job
 from workers.audio import decode
 
@@ -282,3 +283,37 @@ def test_inline_pause_marks_become_silence(local_stack: Stack) -> None:
     first, second = manifest["segments"]
     gap = second["start_seconds"] - first["start_seconds"] - first["duration_seconds"]
     assert abs(gap - 2.5) < 0.001
+
+
+@pytest.mark.parametrize("version", [3, 2])
+def test_epub_upload_becomes_a_chaptered_job(local_stack: Stack, version: int) -> None:
+    book = make_epub([("Arrival", "The train was late.\n\nNobody waited on the platform."),
+                      ("Departure", "They left at dawn.")], version)
+    request = json.dumps({"response_format": "wav", "subtitles": ["vtt"]})
+    with local_stack.client() as http:
+        created = http.post("/v1/audio/jobs", data={"request": request},
+                            files={"file": ("book.epub", book, "application/epub+zip")})
+        assert created.status_code == 202, created.text
+        job = wait_job(http, created.json()["id"])
+        assert job["status"] == "completed", job
+        vtt = http.get(job["result"]["subtitles"]["vtt"]).text
+    assert [c["title"] for c in job["result"]["chapters"]] == ["Arrival (toc)",
+                                                               "Departure (toc)"]
+    assert "Nobody waited on the platform." in vtt
+    assert "ignored()" not in vtt
+
+
+def test_bad_epub_uploads_are_400(local_stack: Stack, db: Engine) -> None:
+    before = count_jobs(db)
+    with local_stack.client() as http:
+        not_zip = http.post("/v1/audio/jobs", files={"file": ("a.epub", b"hello", "x/y")})
+        both = http.post("/v1/audio/jobs", data={"request": json.dumps({"input": "x"})},
+                         files={"file": ("a.epub", make_epub([("A", "b")]), "x/y")})
+        no_file = http.post("/v1/audio/jobs", data={"request": "{}"},
+                            files={"other": ("a.txt", b"x", "text/plain")})
+    assert not_zip.status_code == 400
+    assert "not an EPUB" in error_of(not_zip)["message"]
+    assert both.status_code == 400
+    assert no_file.status_code == 400
+    assert error_of(no_file)["param"] == "file"
+    assert count_jobs(db) == before

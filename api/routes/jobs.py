@@ -9,11 +9,14 @@ import anyio
 import orjson
 import structlog
 from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, StreamingResponse
+from pydantic import ValidationError
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import defer
 from starlette.concurrency import iterate_in_threadpool
+from starlette.datastructures import UploadFile
 
 from api.errors import ApiError, Json, bad_request, not_found, unavailable
 from api.routes.voices import uploaded_voices
@@ -24,6 +27,8 @@ from api.views import job_object
 from models import ACTIVE, Job, JobStatus, utcnow
 from models.transitions import atransition
 from storage import MediaStore, store_for
+from workers.epub import BadEpub
+from workers.epub import chapters as epub_chapters
 from workers.formats import CONTENT_TYPES
 from workers.markdown import chapters as markdown_chapters
 
@@ -121,18 +126,63 @@ def _check_output_url(url: str | None, allowed: list[str]) -> str | None:
     return normal
 
 
-@router.post("/v1/audio/jobs", status_code=202)
-async def create_job(body: JobBody, request: Request, state: StateDep, session: SessionDep,
+_MULTIPART = {
+    "type": "object", "required": ["file"],
+    "properties": {"file": {"type": "string", "format": "binary",
+                            "description": "an EPUB; chapters come from its spine and TOC"},
+                   "request": {"type": "string",
+                               "description": "the JSON job fields, without input/chapters"}}}
+
+
+async def _job_body(request: Request, max_bytes: int) -> tuple[JobBody, bytes]:
+    """Parse a JSON body, or a multipart EPUB upload with a `request` JSON field."""
+    kind = request.headers.get("content-type", "")
+    if not kind.startswith("multipart/form-data"):
+        raw = await request.body()
+        try:
+            return JobBody.model_validate_json(raw), b""
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors()) from None
+    form = await request.form(max_files=1, max_fields=20, max_part_size=max_bytes)
+    upload = form.get("file")
+    if not isinstance(upload, UploadFile):
+        raise bad_request("file: upload an EPUB as the 'file' field", "file", "invalid_value")
+    data = await upload.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ApiError(413, f"file: larger than {max_bytes // (1024 * 1024)} MB",
+                       param="file", code="file_too_large")
+    fields = form.get("request") or "{}"
+    try:
+        body = JobBody.model_validate_json(fields if isinstance(fields, str) else "{}")
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+    if body.input is not None or body.chapters is not None:
+        raise bad_request("input: give the text as the EPUB file or as JSON, not both",
+                          "input", "invalid_value")
+    try:
+        parsed = await anyio.to_thread.run_sync(epub_chapters, data)
+    except BadEpub as exc:
+        raise bad_request(str(exc), "file", "invalid_epub") from None
+    chapters = [Chapter(title=(c["title"] or "")[:500] or None, input=c["input"]) for c in parsed]
+    return body.model_copy(update={"chapters": chapters}), hashlib.sha256(data).digest()
+
+
+@router.post("/v1/audio/jobs", status_code=202, openapi_extra={"requestBody": {
+    "required": True, "content": {
+        "application/json": {"schema": JobBody.model_json_schema()},
+        "multipart/form-data": {"schema": _MULTIPART}}}})
+async def create_job(request: Request, state: StateDep, session: SessionDep,
                      owner: OwnerDep,
                      idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
                      ) -> Json:
-    """Create a job, commit it, then enqueue its plan."""
+    """Create a job (JSON, or an EPUB upload), commit it, then enqueue its plan."""
+    body, upload_digest = await _job_body(request, state.settings.max_body_bytes)
     models = await state.catalogue.models()
     model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
     chapters = _chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
     output_url = _check_output_url(body.output_url, state.settings.output_prefixes)
     digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),
-                                         option=orjson.OPT_SORT_KEYS)).hexdigest()
+                                         option=orjson.OPT_SORT_KEYS) + upload_digest).hexdigest()
     if idempotency_key:
         existing = await session.scalar(
             select(Job).options(defer(Job.chapters, raiseload=True))
