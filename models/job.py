@@ -79,6 +79,7 @@ class Job(Base):
     segments_total: Mapped[int] = mapped_column(Integer, default=0)
     segments_done: Mapped[int] = mapped_column(Integer, default=0)
     segments_failed: Mapped[int] = mapped_column(Integer, default=0)
+    chars_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     audio_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     result: Mapped[dict[str, Any] | None] = mapped_column()
     error: Mapped[dict[str, Any] | None] = mapped_column()
@@ -114,6 +115,7 @@ class Segment(Base):
     samples: Mapped[int | None] = mapped_column(Integer)
     duration_seconds: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
+    quality: Mapped[dict[str, Any] | None] = mapped_column()  # the quality guard's flag
 
     job: Mapped[Job] = relationship(back_populates="segments", lazy="raise")
 

@@ -126,6 +126,7 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
             {"index": s.index, "chapter": s.chapter, "chars": len(s.text),
              "start_seconds": timeline.starts[n] / rate,
              "duration_seconds": (s.samples or 0) / rate, "attempts": s.attempts}
+            | ({"quality": s.quality} if s.quality else {})
             for n, s in enumerate(segments)
         ],
     }

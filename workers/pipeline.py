@@ -4,8 +4,11 @@ Tasks call these and enqueue whatever they return only after the session has com
 Every function re-reads its rows and is safe to run twice.
 """
 
+import math
 import uuid
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import structlog
 from sqlalchemy import exists, insert, select, update
@@ -14,9 +17,9 @@ from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
 from models.transitions import transition
 from storage import store_for
-from workers import assembly
+from workers import assembly, quality
 from workers.audio import fade_edges, loudness_normalize
-from workers.engines import SpeechRequest, get_engine
+from workers.engines import Audio, Engine, SpeechRequest, get_engine
 from workers.settings import get_settings
 from workers.text import Gaps, plan_pieces
 
@@ -69,7 +72,38 @@ def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
     return job.model, list(pending)
 
 
-def synthesize(segment_id: uuid.UUID) -> uuid.UUID | None:
+def _guarded(engine: Engine, request: SpeechRequest, rate: float,
+             retries: int) -> tuple[Audio, int, dict[str, Any] | None]:
+    """Synthesise; if the length is implausible, try again with new seeds (quality guard).
+
+    Returns the audio, how many times the engine ran, and the flag for the manifest.
+    """
+    best: tuple[float, Audio] | None = None
+    verdict = None
+    for attempt in range(retries + 1):
+        if attempt:
+            request = replace(request, seed=(request.seed or 0) + attempt)
+        audio = engine.synthesize([request])[0]
+        verdict = quality.check(len(request.text), len(audio) / engine.sample_rate, rate)
+        if verdict is None:
+            break
+        miss = abs(math.log(max(verdict.seconds, 0.01) / max(verdict.expected_seconds, 0.01)))
+        if best is None or miss < best[0]:
+            best = (miss, audio)
+    runs = attempt + 1
+    if verdict is None and runs == 1:
+        return audio, 1, None
+    flag: dict[str, Any] = {"retries": runs - 1, "passed": verdict is None}
+    if verdict is not None:
+        assert best is not None
+        audio = best[1]  # nothing passed: keep the closest, and say so
+        flag |= {"reason": verdict.reason, "expected_seconds": round(verdict.expected_seconds, 2),
+                 "seconds": round(verdict.seconds, 2)}
+    log.warning("segment.quality", request_id=request.request_id, **flag)
+    return audio, runs, flag
+
+
+def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID | None:
     """Claim and synthesise one segment; return the job id if it was the last to finish."""
     settings = get_settings()
     job_running = exists().where(Job.id == Segment.job_id, Job.status == JobStatus.in_progress)
@@ -86,14 +120,16 @@ def synthesize(segment_id: uuid.UUID) -> uuid.UUID | None:
         job_id, index, text = claimed
         job = session.get(Job, job_id)
         assert job is not None
+        engine = engine or get_engine()
+        rate = quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
+                                        job.speed)
         request = SpeechRequest(
             text=text, voice=job.voice, speed=job.speed,
             instructions=job.options.get("instructions"), language=job.options.get("language"),
             seed=job.options.get("seed"), max_new_tokens=job.options.get("max_new_tokens"),
             task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
         )
-    engine = get_engine()
-    audio = engine.synthesize([request])[0]
+    audio, runs, flag = _guarded(engine, request, rate, settings.quality_retries)
     if settings.loudness_lufs:
         audio = loudness_normalize(audio, engine.sample_rate, settings.loudness_lufs)
     audio = fade_edges(audio, engine.sample_rate)
@@ -104,14 +140,15 @@ def synthesize(segment_id: uuid.UUID) -> uuid.UUID | None:
             update(Segment)
             .where(Segment.id == segment_id, Segment.status == SegmentStatus.running)
             .values(status=SegmentStatus.done, samples=len(audio), duration_seconds=seconds,
-                    heartbeat_at=utcnow(), error=None)
+                    heartbeat_at=utcnow(), error=None, quality=flag,
+                    attempts=Segment.attempts + runs - 1)
             .returning(Segment.id)
         ).first()
         if finished is None:
             return None
         done, total, status = session.execute(
             update(Job).where(Job.id == job_id)
-            .values(segments_done=Job.segments_done + 1,
+            .values(segments_done=Job.segments_done + 1, chars_done=Job.chars_done + len(text),
                     audio_seconds=Job.audio_seconds + seconds, updated_at=utcnow())
             .returning(Job.segments_done, Job.segments_total, Job.status)
         ).one()

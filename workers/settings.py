@@ -21,6 +21,7 @@ class WorkerSettings(BaseSettings):
     paragraph_gap_seconds: float = 0.6
     chapter_gap_seconds: float = 1.5
     segment_max_attempts: int = 3
+    quality_retries: int = 2  # re-syntheses of a runaway or truncated segment
     loudness_lufs: float = -16.0  # each part is normalised to this; 0 turns it off
     # A running segment whose heartbeat is older than this lost its worker (reaper).
     segment_stale_seconds: float = 900.0
