@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 Format = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+JobFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "m4b"]  # m4b: chapter marks
 Subtitle = Literal["srt", "vtt"]
 
 
@@ -22,7 +23,6 @@ class SpeechFields(BaseModel):
 
     model: StrictStr | None = None
     voice: StrictStr | VoiceRef | None = None
-    response_format: Format = "mp3"
     speed: Annotated[float, Field(ge=0.25, le=4.0)] = 1.0
     instructions: Annotated[StrictStr, Field(max_length=4096)] | None = None
     language: Annotated[StrictStr, Field(max_length=32)] | None = None
@@ -45,6 +45,7 @@ class SpeechBody(SpeechFields):
     """`POST /v1/audio/speech`."""
 
     input: StrictStr
+    response_format: Format = "mp3"
     # None: one complete response with X-Audio-Duration. "audio": raw PCM (or WAV with an
     # open-ended header) streamed as it is made. "sse": speech.audio.delta events.
     stream_format: Literal["audio", "sse"] | None = None
@@ -61,6 +62,7 @@ class Chapter(BaseModel):
 class JobBody(SpeechFields):
     """`POST /v1/audio/jobs`: `input` or `chapters`, plus delivery options."""
 
+    response_format: JobFormat = "mp3"
     input: StrictStr | None = None
     chapters: list[Chapter] | None = None
     # markdown: level-1 and level-2 headings of `input` become chapters; markup is not read.

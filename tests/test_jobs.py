@@ -3,6 +3,7 @@
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -317,3 +318,34 @@ def test_bad_epub_uploads_are_400(local_stack: Stack, db: Engine) -> None:
     assert no_file.status_code == 400
     assert error_of(no_file)["param"] == "file"
     assert count_jobs(db) == before
+
+
+def test_m4b_job_carries_chapter_marks(local_stack: Stack, tmp_path: Path) -> None:
+    import av
+
+    body = {"chapters": [{"title": "Opening", "input": "The first chapter begins."},
+                         {"title": "Closing", "input": "The second chapter ends it."}],
+            "response_format": "m4b"}
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json=body).json()["id"])
+        assert job["status"] == "completed", job
+        response = http.get(job["result"]["url"])
+    assert response.headers["content-type"] == "audio/mp4"
+    path = tmp_path / "book.m4b"
+    path.write_bytes(response.content)
+    with av.open(str(path)) as container:
+        marks = container.chapters()
+        seconds = float(container.duration or 0) / 1e6
+    assert [m["metadata"]["title"] for m in marks] == ["Opening", "Closing"]
+    second = job["result"]["chapters"][1]
+    base = marks[1]["time_base"]
+    assert base is not None
+    assert abs(float(marks[1]["start"] * base) - second["start_seconds"]) < 0.01
+    assert abs(seconds - job["result"]["duration_seconds"]) < 0.15
+
+
+def test_m4b_is_refused_for_sync_speech(local_stack: Stack) -> None:
+    with local_stack.client() as http:
+        response = http.post("/v1/audio/speech", json={"input": "Hi.", "response_format": "m4b"})
+    assert response.status_code == 400
+    assert error_of(response)["param"] == "response_format"

@@ -81,22 +81,26 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], f"jobs/{job.id}"
     result: dict[str, Any] = {"store": job.output_url, "sample_rate": rate,
                               "duration_seconds": timeline.total / rate}
+    spans = []  # (chapter number, its segments, start and end sample)
+    for number, group in groupby(enumerate(segments), key=lambda pair: pair[1].chapter):
+        pairs = list(group)
+        members = [segment for _, segment in pairs]
+        end = timeline.starts[pairs[-1][0]] + (members[-1].samples or 0)
+        spans.append((number, members, timeline.starts[pairs[0][0]], end))
+    titles = [job.chapters[n].get("title") or f"Chapter {n + 1}" for n, *_ in spans]
+    marks = [(title, start / rate, end / rate)
+             for title, (_, _, start, end) in zip(titles, spans, strict=True)]
     with tempfile.TemporaryDirectory(prefix="narrator-") as tmp:
         main = Path(tmp) / f"audio.{ext}"
-        encode_blocks(_blocks(segments, store, timeline, part_key), rate, fmt, main)
+        encode_blocks(_blocks(segments, store, timeline, part_key), rate, fmt, main, marks)
         target.put_file(str(main), f"{base}/audio.{ext}")
         result |= {"key": f"{base}/audio.{ext}", "bytes": main.stat().st_size}
         main.unlink()
         chapters = []
-        for number, group in groupby(enumerate(segments), key=lambda pair: pair[1].chapter):
-            pairs = list(group)
-            members = [segment for _, segment in pairs]
-            first, last = pairs[0][0], pairs[-1][0]
-            start = timeline.starts[first]
-            end = timeline.starts[last] + (members[-1].samples or 0)
+        for title, (number, members, start, end) in zip(titles, spans, strict=True):
             chapter: dict[str, Any] = {
-                "title": job.chapters[number].get("title") or f"Chapter {number + 1}",
-                "start_seconds": start / rate, "duration_seconds": (end - start) / rate,
+                "title": title, "start_seconds": start / rate,
+                "duration_seconds": (end - start) / rate,
             }
             if len(job.chapters) > 1:
                 path = Path(tmp) / f"chapter.{ext}"

@@ -6,6 +6,7 @@ Every encoder takes an iterator of float32 blocks, so long audio never sits in m
 
 import io
 from collections.abc import Iterable, Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import IO
 
@@ -58,10 +59,14 @@ def _resampled(blocks: Iterable[Audio], rate: int, target: int) -> Iterator[Audi
     yield stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
 
 
-def _encode_aac(blocks: Iterable[Audio], rate: int, sink: Sink) -> None:
+Mark = tuple[str, float, float]  # a chapter: title, start and end in seconds
+
+
+def _encode_aac(blocks: Iterable[Audio], rate: int, sink: Sink, container_format: str = "adts",
+                marks: list[Mark] | None = None) -> None:
     import av  # imported here: GPU workers encode parts as FLAC and need no ffmpeg
 
-    with av.open(sink, mode="w", format="adts") as container:
+    with av.open(sink, mode="w", format=container_format) as container:
         stream = container.add_stream("aac", rate=rate, layout="mono")
         for block in blocks:
             pcm = (np.clip(block, -1.0, 1.0) * 32767.0).astype(np.int16).reshape(1, -1)
@@ -69,10 +74,19 @@ def _encode_aac(blocks: Iterable[Audio], rate: int, sink: Sink) -> None:
             frame.sample_rate = rate
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
+        if marks:
+            container.set_chapters([
+                {"id": n, "start": round(start * 1000), "end": round(end * 1000),
+                 "time_base": Fraction(1, 1000), "metadata": {"title": title}}
+                for n, (title, start, end) in enumerate(marks)])
 
 
-def encode_to(blocks: Iterable[Audio], rate: int, fmt: str, sink: Sink) -> None:
-    """Encode float32 blocks at `rate` into `fmt`, written to a path or binary file."""
+def encode_to(blocks: Iterable[Audio], rate: int, fmt: str, sink: Sink,
+              marks: list[Mark] | None = None) -> None:
+    """Encode float32 blocks at `rate` into `fmt`, written to a path or binary file.
+
+    `marks` are chapter marks, written by formats that hold them (m4b).
+    """
     blocks = _bounded(blocks, rate)
     if fmt == "pcm":
         out = open(sink, "wb") if isinstance(sink, str | Path) else sink  # noqa: SIM115
@@ -85,6 +99,9 @@ def encode_to(blocks: Iterable[Audio], rate: int, fmt: str, sink: Sink) -> None:
         return
     if fmt == "aac":
         _encode_aac(blocks, rate, sink)
+        return
+    if fmt == "m4b":  # AAC in an MPEG-4 audiobook container, with chapter marks
+        _encode_aac(blocks, rate, sink, "ipod", marks)
         return
     container, subtype = _SNDFILE[fmt]
     if fmt == "opus":

@@ -7,6 +7,7 @@ CONTENT_TYPES = {
     "flac": "audio/flac",
     "wav": "audio/wav",
     "pcm": "audio/pcm",
+    "m4b": "audio/mp4",  # jobs only: an audiobook with chapter marks
 }
 EXTENSIONS = {"mp3": "mp3", "opus": "ogg", "aac": "aac", "flac": "flac", "wav": "wav",
-              "pcm": "pcm"}
+              "pcm": "pcm", "m4b": "m4b"}
