@@ -1,7 +1,6 @@
 """Async jobs: create, get, list, content, cancel, delete."""
 
 import hashlib
-import posixpath
 import uuid
 from typing import Annotated, Any, Literal
 
@@ -9,28 +8,23 @@ import anyio
 import orjson
 import structlog
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, StreamingResponse
-from pydantic import ValidationError
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import defer
 from starlette.concurrency import iterate_in_threadpool
-from starlette.datastructures import UploadFile
 
+from api import job_input
 from api.errors import ApiError, Json, bad_request, not_found, unavailable
 from api.routes.voices import uploaded_voices
-from api.schemas import Chapter, JobBody
+from api.schemas import JobBody
 from api.state import OwnerDep, SessionDep, State, StateDep
-from api.validation import resolve, text_field
+from api.validation import resolve
 from api.views import job_object
 from models import ACTIVE, Job, JobStatus, utcnow
 from models.transitions import atransition
 from storage import MediaStore, store_for
-from workers.epub import BadEpub
-from workers.epub import chapters as epub_chapters
 from workers.formats import CONTENT_TYPES
-from workers.markdown import chapters as markdown_chapters
 
 router = APIRouter()
 log = structlog.get_logger()
@@ -71,116 +65,20 @@ async def _load(session: SessionDep, job_id: str, owner: str) -> Job:
     return job
 
 
-def _chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, Any]]:
-    if body.input is None and body.chapters is None:
-        raise bad_request("input: this field is required (or give 'chapters')", "input",
-                          "invalid_value")
-    if body.input is not None and body.chapters is not None:
-        raise bad_request("input: give either 'input' or 'chapters', not both", "input",
-                          "invalid_value")
-    if body.input is not None and body.input_format == "markdown":
-        parsed = markdown_chapters(body.input)
-        if not parsed:
-            raise bad_request("input: the Markdown has nothing to speak", "input", "empty_input")
-        body = body.model_copy(update={"input": None, "chapters": [
-            Chapter(title=c["title"], input=c["input"]) for c in parsed]})
-    elif body.input is not None:
-        return [{"title": None, "input": text_field(body.input, "input", limit)}]
-    elif body.input_format == "markdown":  # chapters given: strip each one's markup
-        plain = [Chapter(title=c.title, input="\n\n".join(
-            part["input"] for part in markdown_chapters(c.input))) for c in body.chapters or []]
-        body = body.model_copy(update={"chapters": plain})
-    assert body.chapters is not None
-    if not body.chapters:
-        raise bad_request("chapters: must not be empty", "chapters", "empty_input")
-    if len(body.chapters) > max_chapters:
-        raise bad_request(f"chapters: {len(body.chapters)} is over the limit of {max_chapters}",
-                          "chapters", "too_many_chapters")
-    chapters: list[dict[str, Any]] = [
-        {"title": c.title, "input": text_field(c.input, f"chapters.{n}.input", limit)}
-        for n, c in enumerate(body.chapters)
-    ]
-    total = sum(len(c["input"]) for c in chapters)
-    if total > limit:
-        raise bad_request(f"chapters: {total} characters in all is over the limit of {limit}",
-                          "chapters", "input_too_long")
-    return chapters
-
-
-def _check_output_url(url: str | None, allowed: list[str]) -> str | None:
-    """Return the normalised output URL if it lies under an allowed prefix, else a 400."""
-    if url is None:
-        return None
-    scheme, sep, path = url.partition("://")
-    if scheme != "s3" or not sep or not path.strip("/"):
-        raise bad_request("output_url: must be s3://bucket/prefix", "output_url",
-                          "invalid_value")
-    normal = f"s3://{posixpath.normpath('/' + path).lstrip('/')}"
-    if not allowed:
-        raise bad_request("output_url: delivery to an external location is not enabled on "
-                          "this server (NARRATOR_OUTPUT_URL_PREFIXES)", "output_url",
-                          "unsupported_parameter")
-    if not any((normal + "/").startswith(prefix) for prefix in allowed):
-        raise bad_request(f"output_url: not under an allowed prefix ({', '.join(allowed)})",
-                          "output_url", "output_url_not_allowed")
-    return normal
-
-
-_MULTIPART = {
-    "type": "object", "required": ["file"],
-    "properties": {"file": {"type": "string", "format": "binary",
-                            "description": "an EPUB; chapters come from its spine and TOC"},
-                   "request": {"type": "string",
-                               "description": "the JSON job fields, without input/chapters"}}}
-
-
-async def _job_body(request: Request, max_bytes: int) -> tuple[JobBody, bytes]:
-    """Parse a JSON body, or a multipart EPUB upload with a `request` JSON field."""
-    kind = request.headers.get("content-type", "")
-    if not kind.startswith("multipart/form-data"):
-        raw = await request.body()
-        try:
-            return JobBody.model_validate_json(raw), b""
-        except ValidationError as exc:
-            raise RequestValidationError(exc.errors()) from None
-    form = await request.form(max_files=1, max_fields=20, max_part_size=max_bytes)
-    upload = form.get("file")
-    if not isinstance(upload, UploadFile):
-        raise bad_request("file: upload an EPUB as the 'file' field", "file", "invalid_value")
-    data = await upload.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise ApiError(413, f"file: larger than {max_bytes // (1024 * 1024)} MB",
-                       param="file", code="file_too_large")
-    fields = form.get("request") or "{}"
-    try:
-        body = JobBody.model_validate_json(fields if isinstance(fields, str) else "{}")
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors()) from None
-    if body.input is not None or body.chapters is not None:
-        raise bad_request("input: give the text as the EPUB file or as JSON, not both",
-                          "input", "invalid_value")
-    try:
-        parsed = await anyio.to_thread.run_sync(epub_chapters, data)
-    except BadEpub as exc:
-        raise bad_request(str(exc), "file", "invalid_epub") from None
-    chapters = [Chapter(title=(c["title"] or "")[:500] or None, input=c["input"]) for c in parsed]
-    return body.model_copy(update={"chapters": chapters}), hashlib.sha256(data).digest()
-
-
 @router.post("/v1/audio/jobs", status_code=202, openapi_extra={"requestBody": {
     "required": True, "content": {
         "application/json": {"schema": JobBody.model_json_schema()},
-        "multipart/form-data": {"schema": _MULTIPART}}}})
+        "multipart/form-data": {"schema": job_input.MULTIPART}}}})
 async def create_job(request: Request, state: StateDep, session: SessionDep,
                      owner: OwnerDep,
                      idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
                      ) -> Json:
     """Create a job (JSON, or an EPUB upload), commit it, then enqueue its plan."""
-    body, upload_digest = await _job_body(request, state.settings.max_body_bytes)
+    body, upload_digest = await job_input.job_body(request, state.settings.max_body_bytes)
     models = await state.catalogue.models()
     model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
-    chapters = _chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
-    output_url = _check_output_url(body.output_url, state.settings.output_prefixes)
+    chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
+    output_url = job_input.check_output_url(body.output_url, state.settings.output_prefixes)
     digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),
                                          option=orjson.OPT_SORT_KEYS) + upload_digest).hexdigest()
     if idempotency_key:
