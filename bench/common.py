@@ -1,5 +1,6 @@
 """Shared helpers for benchmarks: a served platform, timing, tables and results."""
 
+import contextlib
 import json
 import os
 import platform
@@ -42,11 +43,9 @@ def served(extra_env: dict[str, str] | None = None) -> Iterator[str]:
         try:
             deadline = time.monotonic() + 90
             while True:
-                try:
+                with contextlib.suppress(httpx.HTTPError):
                     if httpx.get(f"{url}/readyz").status_code == 200:
                         break
-                except httpx.HTTPError:
-                    pass
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise RuntimeError((Path(tmp) / "serve.log").read_text()[-2000:])
                 time.sleep(0.2)

@@ -18,6 +18,7 @@ Audio-seconds per wall-second are from measured samples, not nominal lengths.
 
 import argparse
 import asyncio
+import collections
 import copy
 import json
 import os
@@ -214,8 +215,7 @@ class Bench:
             stream = self.engine.stream(request)
             next(stream)
             samples.append(time.perf_counter() - start)
-            for _ in stream:
-                pass
+            collections.deque(stream, maxlen=0)  # drain the rest of the stream
         stop.set()
         return samples
 

@@ -1,5 +1,6 @@
 """Helpers for tests: free ports, real service processes, and audio checks."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -27,11 +28,9 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str,
     """Poll `check` until it returns True, or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(OSError, httpx.HTTPError):
             if check():
                 return
-        except (OSError, httpx.HTTPError):
-            pass
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 

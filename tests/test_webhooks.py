@@ -32,7 +32,7 @@ class Receiver:
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
-                pass
+                return None  # keep the test output quiet
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
