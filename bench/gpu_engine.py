@@ -14,6 +14,8 @@ Also the time to the first audio chunk of a streamed sync request, alone and und
 Audio-seconds per wall-second are from measured samples, not nominal lengths.
 
     python -m bench.gpu_engine --model DIR --frames 250 --concurrency 1 4 16 64
+
+bench/gpu_suite.sh runs the whole set of issue-3 measurements (test, table, tuning).
 """
 
 import argparse
@@ -47,6 +49,26 @@ def gpu_memory() -> str:
                               capture_output=True, text=True, timeout=20).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "?"
+
+
+def worker_timeline(calls: list[tuple[float, float]], start: float, wall: float,
+                    slots: int) -> dict[str, Any]:
+    """Where a worker's wall time went: filling the engine, keeping it full, the tail.
+
+    fill_s: until `slots` engine calls had started; occupancy: the mean of min(engine calls
+    open, slots) over the wall time, divided by `slots` (1.0: the engine never lacked work);
+    tail_s: from the last engine call's end to the last segment's row marked done.
+    """
+    begins = sorted(b for b, _ in calls)
+    edges = sorted([(b, 1) for b, _ in calls] + [(e, -1) for _, e in calls])
+    busy, open_calls, last = 0.0, 0, start
+    for t, step in edges:
+        busy += min(open_calls, slots) * (t - last)
+        open_calls, last = open_calls + step, t
+    return {"tag": "worker_timeline", "calls": len(calls),
+            "fill_s": round(begins[min(slots, len(begins)) - 1] - start, 3) if begins else None,
+            "occupancy": round(busy / (wall * slots), 3),
+            "tail_s": round(start + wall - max(e for _, e in calls), 3) if calls else None}
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -175,6 +197,21 @@ class Bench:
             session.execute(insert(Segment), [
                 {"id": ids[i], "job_id": job_id, "index": i, "text": TEXTS[i % len(TEXTS)]}
                 for i in range(len(ids))])
+        # The worker runs more threads than n: bound the engine at n requests, as (a) and (b).
+        bound = getattr(self.engine, "_slots", None)
+        if bound is not None:
+            self.engine._slots = threading.BoundedSemaphore(n)
+        calls: list[tuple[float, float]] = []  # each engine call's start and end
+        real = self.engine.synthesize
+
+        def timed(requests: list[Any]) -> Any:
+            begin = time.perf_counter()
+            try:
+                return real(requests)
+            finally:
+                calls.append((begin, time.perf_counter()))
+
+        self.engine.synthesize = timed
         start = time.perf_counter()
         queue = model_queues(self.engine.info.id)[1]
         for segment_id in ids:
@@ -185,7 +222,12 @@ class Bench:
                     select(func.count(), func.coalesce(func.sum(Segment.samples), 0))
                     .where(Segment.job_id == job_id, Segment.status == SegmentStatus.done)).one()
             if done >= len(ids):
-                return time.perf_counter() - start, int(samples or 0)
+                wall = time.perf_counter() - start
+                self.engine.synthesize = real
+                if bound is not None:
+                    self.engine._slots = bound
+                emit(worker_timeline(calls, start, wall, n))
+                return wall, int(samples or 0)
             if time.perf_counter() - start > 600:
                 raise TimeoutError(f"worker finished {done} of {n} segments")
             time.sleep(0.02)
@@ -225,7 +267,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--frames", type=int, default=250)
+    parser.add_argument("--frames", type=int, nargs="+", default=[250],
+                        help="output length(s) in frames (0.08 s each): the segment length")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--paths", nargs="+", default=["raw", "adapter", "worker"])
     parser.add_argument("--reps", type=int, default=2)
@@ -235,6 +278,8 @@ def main() -> None:
     parser.add_argument("--ttfa-load", type=int, default=32)
     parser.add_argument("--deploy-config", default="")
     parser.add_argument("--label", default="default")
+    parser.add_argument("--start-only", action="store_true",
+                        help="start the engine, report how long it took, and exit")
     args = parser.parse_args()
     data = Path(tempfile.mkdtemp(prefix="narrator-gpu-"))
     os.environ |= {"NARRATOR_ENGINE": "vllm-omni", "NARRATOR_MODEL": args.model,
@@ -245,46 +290,59 @@ def main() -> None:
     from narrator.logs import configure
 
     configure("WARNING", json=True)
+    frames_list = list(args.frames)
+    args.frames = frames_list[0]
     bench = Bench(args)
+    if args.start_only:
+        sys.stdout.flush()
+        os._exit(0)
     warm = max(args.concurrency)
     start = time.perf_counter()
     bench.adapter(warm)  # Triton compiles kernels at the first large batch
     emit({"tag": "warmup", "concurrency": warm, "seconds": round(time.perf_counter() - start, 1)})
     if "worker" in args.paths:
         bench.start_worker()
-    rows: dict[tuple[str, int], list[float]] = {}
-    for n in args.concurrency:
-        for _ in range(args.reps):
-            for path in args.paths:
-                wall, samples = getattr(bench, path)(n)
-                rate = samples / SR / wall
-                rows.setdefault((path, n), []).append(rate)
-                emit({"tag": path, "concurrency": n, "wall_s": round(wall, 3),
-                      "audio_s": round(samples / SR, 2), "audio_s_per_wall_s": round(rate, 2),
-                      "samples_per_request": samples // (n * args.waves),
-                      "waves": args.waves, "gpu_memory": gpu_memory()})
-    ttfa_idle = bench.ttfa(0)
-    ttfa_load = bench.ttfa(args.ttfa_load) if args.ttfa_load else []
+    rows: dict[tuple[str, int, int], list[float]] = {}
+    for frames in frames_list:
+        args.frames = frames
+        for n in args.concurrency:
+            for _ in range(args.reps):
+                for path in args.paths:
+                    wall, samples = getattr(bench, path)(n)
+                    rate = samples / SR / wall
+                    rows.setdefault((path, n, frames), []).append(rate)
+                    emit({"tag": path, "frames": frames, "concurrency": n,
+                          "wall_s": round(wall, 3), "audio_s": round(samples / SR, 2),
+                          "audio_s_per_wall_s": round(rate, 2),
+                          "samples_per_request": samples // (n * args.waves),
+                          "waves": args.waves, "gpu_memory": gpu_memory()})
+    args.frames = frames_list[0]
+    ttfa_idle = bench.ttfa(0) if args.ttfa_reps else []
+    ttfa_load = bench.ttfa(args.ttfa_load) if args.ttfa_load and args.ttfa_reps else []
     emit({"tag": "ttfa", "idle_ms": [round(t * 1000, 1) for t in ttfa_idle],
           "under_load_ms": [round(t * 1000, 1) for t in ttfa_load], "load": args.ttfa_load})
 
-    print(f"\n{args.label}: {bench.engine.info.id}, {args.frames} frames "
-          f"({args.frames * 0.08:.0f} s) per request, {args.waves} wave(s); "
+    print(f"\n{args.label}: {bench.engine.info.id}, {args.waves} wave(s) per slot; "
           f"audio-s per wall-s, median of {args.reps}")
-    header = "| concurrency | " + " | ".join(args.paths) + " | " + " | ".join(
+    header = "| frames | concurrency | " + " | ".join(args.paths) + " | " + " | ".join(
         f"{p}/raw" for p in args.paths if p != "raw") + " |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
-    result: dict[str, Any] = {"label": args.label, "frames": args.frames, "rows": []}
-    for n in args.concurrency:
-        med = {p: statistics.median(rows[(p, n)]) for p in args.paths}
-        ratios = {p: med[p] / med["raw"] for p in args.paths if p != "raw" and "raw" in med}
-        print(f"| {n} | " + " | ".join(f"{med[p]:.1f}" for p in args.paths) + " | "
-              + " | ".join(f"{r:.3f}" for r in ratios.values()) + " |")
-        result["rows"].append({"concurrency": n, "median": med, "ratio_to_raw": ratios})
-    print(f"TTFA streamed, idle: median {statistics.median(ttfa_idle) * 1000:.0f} ms; "
-          + (f"with {args.ttfa_load} batch requests running: median "
-             f"{statistics.median(ttfa_load) * 1000:.0f} ms" if ttfa_load else ""))
+    result: dict[str, Any] = {"label": args.label, "waves": args.waves,
+                              "deploy_config": args.deploy_config, "rows": []}
+    for frames in frames_list:
+        for n in args.concurrency:
+            med = {p: statistics.median(rows[(p, n, frames)]) for p in args.paths}
+            ratios = {p: med[p] / med["raw"] for p in args.paths if p != "raw" and "raw" in med}
+            print(f"| {frames} ({frames * 0.08:.0f} s) | {n} | "
+                  + " | ".join(f"{med[p]:.1f}" for p in args.paths) + " | "
+                  + " | ".join(f"{r:.3f}" for r in ratios.values()) + " |")
+            result["rows"].append({"frames": frames, "concurrency": n, "median": med,
+                                   "ratio_to_raw": ratios})
+    if ttfa_idle:
+        print(f"TTFA streamed, idle: median {statistics.median(ttfa_idle) * 1000:.0f} ms"
+              + (f"; with {args.ttfa_load} batch requests running: median "
+                 f"{statistics.median(ttfa_load) * 1000:.0f} ms" if ttfa_load else ""))
     result |= {"ttfa_idle_ms": ttfa_idle, "ttfa_load_ms": ttfa_load}
     out = Path(os.environ.get("OUT", Path(__file__).parent / "results"))
     out.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,10 @@ import os
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.gpu
+from workers.engines.vllm_omni import VllmOmniEngine
+
+# A cold engine start captures CUDA graphs for minutes, and vLLM's imports warn.
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1200), pytest.mark.filterwarnings("default")]
 
 
 def _cuda() -> bool:
@@ -25,10 +28,20 @@ def _cuda() -> bool:
 def test_real_engine_synthesizes_batches_and_streams(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NARRATOR_ENGINE", "vllm-omni")
     monkeypatch.setenv("NARRATOR_MODEL", os.environ["NARRATOR_TEST_GPU_MODEL"])
-    from workers.engines import SpeechRequest, get_engine
-    from workers.engines.qwen3_tts import SAMPLES_PER_FRAME
+    from workers.engines import get_engine
 
     engine = get_engine()
+    assert isinstance(engine, VllmOmniEngine)
+    try:
+        _check(engine)
+    finally:
+        engine.close()  # else the stage processes keep the interpreter alive
+
+
+def _check(engine: VllmOmniEngine) -> None:
+    from workers.engines import SpeechRequest
+    from workers.engines.qwen3_tts import SAMPLES_PER_FRAME
+
     voice = engine.info.voices[0].id
     requests = [SpeechRequest(text=f"Request number {i}.", voice=voice, max_new_tokens=25,
                               language="en") for i in range(4)]

@@ -12,13 +12,13 @@ from typing import Any
 
 import structlog
 from sqlalchemy import exists, insert, select, update
+from sqlalchemy.orm import defer
 
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
 from models.transitions import transition
 from storage import store_for
 from workers import assembly, quality
-from workers.audio import fade_edges, loudness_normalize
 from workers.engines import Audio, Engine, SpeechRequest, get_engine
 from workers.settings import get_settings
 from workers.text import Gaps, plan_pieces
@@ -28,7 +28,7 @@ log = structlog.get_logger()
 
 def part_key(job_id: uuid.UUID, index: int) -> str:
     """Return the storage key of one segment's part."""
-    return f"jobs/{job_id}/parts/{index:06d}.flac"
+    return f"jobs/{job_id}/parts/{index:06d}.wav"
 
 
 def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
@@ -118,7 +118,8 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
         if claimed is None:
             return None
         job_id, index, text = claimed
-        job = session.get(Job, job_id)
+        # Not the book's text: only the planner reads it.
+        job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
         assert job is not None
         engine = engine or get_engine()
         rate = quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
@@ -130,10 +131,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
             task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
         )
     audio, runs, flag = _guarded(engine, request, rate, settings.quality_retries)
-    if settings.loudness_lufs:
-        audio = loudness_normalize(audio, engine.sample_rate, settings.loudness_lufs)
-    audio = fade_edges(audio, engine.sample_rate)
-    store_for().put(part_key(job_id, index), assembly.flac_bytes(audio, engine.sample_rate))
+    store_for().put(part_key(job_id, index), assembly.part_bytes(audio, engine.sample_rate))
     seconds = len(audio) / engine.sample_rate
     with session_scope() as session:
         finished = session.execute(
@@ -209,7 +207,7 @@ def assemble(job_id: uuid.UUID) -> bool:
     store = store_for()
     target = store_for(job.output_url) if job.output_url else store
     result = assembly.assemble(job, list(segments), store, target,
-                               lambda s: part_key(job_id, s.index))
+                               lambda s: part_key(job_id, s.index), settings.loudness_lufs)
     with session_scope() as session:
         now = utcnow()
         expires = now + timedelta(hours=settings.result_ttl_hours) \

@@ -22,7 +22,7 @@ class WorkerSettings(BaseSettings):
     chapter_gap_seconds: float = 1.5
     segment_max_attempts: int = 3
     quality_retries: int = 2  # re-syntheses of a runaway or truncated segment
-    loudness_lufs: float = -16.0  # each part is normalised to this; 0 turns it off
+    loudness_lufs: float = -16.0  # assembly normalises each part to this; 0 turns it off
     # A running segment whose heartbeat is older than this lost its worker (reaper).
     segment_stale_seconds: float = 900.0
     reaper_interval_seconds: float = 30.0

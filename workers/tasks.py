@@ -78,6 +78,10 @@ def _leave(**_: Any) -> None:
         _presence.stopped.set()
         with contextlib.suppress(Exception):
             _presence.registry.remove(_presence.id)
+    if get_engine.cache_info().currsize:  # started: stop its GPU processes with the worker
+        close = getattr(get_engine(), "close", None)
+        if close is not None:
+            close()
 
 
 def _enqueue(task: str, item_id: str, model: str) -> None:

@@ -102,6 +102,20 @@ class VllmOmniEngine:
             self._loop, self._omni = loop, omni
             log.info("engine.started", engine="vllm-omni", model=self.info.id)
 
+    def close(self) -> None:
+        """Shut the engine's stage processes down and stop its loop (worker shutdown)."""
+        with self._lock:
+            omni, loop, self._omni, self._loop = self._omni, self._loop, None, None
+        if omni is None or loop is None:
+            return
+
+        async def shutdown() -> None:
+            omni.shutdown()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=120)
+        loop.call_soon_threadsafe(loop.stop)
+        log.info("engine.stopped", engine="vllm-omni", model=self.info.id)
+
     def _params(self, request: SpeechRequest, kind: OutputKind) -> list[Any]:
         params = [copy.deepcopy(p) for p in self._defaults]
         talker = params[0]
@@ -144,14 +158,15 @@ class VllmOmniEngine:
         assert self._loop is not None
         # Reference clips come from storage: load them here, never on the engine's loop.
         reference = self._references(request.voice) if self.config.task_type == "Base" else None
-        self._slots.acquire()  # bounds in-flight requests, and so GPU memory
+        slots = self._slots
+        slots.acquire()  # bounds in-flight requests, and so GPU memory
         try:
             future = asyncio.run_coroutine_threadsafe(
                 self._run(request, reference, kind, on_chunk), self._loop)
         except BaseException:
-            self._slots.release()
+            slots.release()
             raise
-        future.add_done_callback(lambda _: self._slots.release())
+        future.add_done_callback(lambda _: slots.release())
         return future
 
     def synthesize(self, requests: list[SpeechRequest]) -> list[Audio]:
