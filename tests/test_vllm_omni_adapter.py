@@ -60,10 +60,14 @@ class FakeOmni:
     def __init__(self, shape: str) -> None:
         self.shape = shape
         self.calls: list[dict[str, Any]] = []
+        self.shut_down = 0
         self.default_sampling_params_list = [
             SimpleNamespace(max_tokens=4096, min_tokens=2, seed=None, extra_args=None,
                             output_kind=None),
             SimpleNamespace(max_tokens=65536, output_kind=None)]
+
+    def shutdown(self) -> None:
+        self.shut_down += 1
 
     async def generate(self, prompt: dict[str, Any], request_id: str,
                        sampling_params_list: list[Any], priority: int) -> AsyncIterator[Any]:
@@ -238,3 +242,15 @@ def test_engine_starts_once_and_lazily(config: Qwen3Config) -> None:
     for t in threads:
         t.join()
     assert created == [1]
+
+
+def test_close_shuts_the_engine_down_once_and_stops_its_loop(config: Qwen3Config) -> None:
+    engine, fake = make_engine(config)
+    engine.close()  # never started: nothing to do
+    engine.start()
+    thread = engine._thread
+    assert thread is not None and thread.is_alive()
+    engine.close()
+    engine.close()
+    assert fake.shut_down == 1
+    assert not thread.is_alive()

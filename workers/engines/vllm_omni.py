@@ -65,6 +65,7 @@ class VllmOmniEngine:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._omni: Any = None
+        self._thread: threading.Thread | None = None
         self._defaults: list[Any] = []
         self._ids = itertools.count()
 
@@ -90,7 +91,9 @@ class VllmOmniEngine:
             if self._omni is not None:
                 return
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="vllm-omni-loop", daemon=True).start()
+            self._thread = threading.Thread(target=loop.run_forever, name="vllm-omni-loop",
+                                            daemon=True)
+            self._thread.start()
 
             async def create() -> Any:
                 return self._factory()
@@ -114,6 +117,9 @@ class VllmOmniEngine:
 
         asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=120)
         loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        loop.close()
         log.info("engine.stopped", engine="vllm-omni", model=self.info.id)
 
     def _params(self, request: SpeechRequest, kind: OutputKind) -> list[Any]:
