@@ -173,3 +173,26 @@ def error_of(response: Any) -> dict[str, Any]:
     assert isinstance(error["message"], str)
     assert error["message"]
     return error
+
+
+@pytest.fixture
+def pipeline_env(database_url: str, tmp_path: Path,
+                 monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Point this process's settings at the test database and a media folder."""
+    import models.db
+    import models.settings
+    import storage.media
+    import storage.settings
+    import workers.settings
+
+    caches = [models.settings.get_settings, models.db.sync_sessionmaker,
+              storage.settings.get_settings, storage.media.store_for,
+              workers.settings.get_settings]
+    monkeypatch.setenv("NARRATOR_DATABASE_URL", database_url)
+    monkeypatch.setenv("NARRATOR_DATA_DIR", str(tmp_path))
+    for cache in caches:
+        cache.cache_clear()
+    yield
+    models.db.sync_sessionmaker().kw["bind"].dispose()
+    for cache in caches:
+        cache.cache_clear()

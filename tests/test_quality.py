@@ -2,10 +2,8 @@
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
-import pytest
 from sqlalchemy import Engine, text
 
 from workers import quality
@@ -53,29 +51,6 @@ class Scripted:
 
     def stream(self, request: SpeechRequest) -> Iterator[Audio]:
         yield from self.synthesize([request])
-
-
-@pytest.fixture
-def pipeline_env(database_url: str, tmp_path: Path,
-                 monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Point this process's settings at the test database and a media folder."""
-    import models.db
-    import models.settings
-    import storage.media
-    import storage.settings
-    import workers.settings
-
-    caches = [models.settings.get_settings, models.db.sync_sessionmaker,
-              storage.settings.get_settings, storage.media.store_for,
-              workers.settings.get_settings]
-    monkeypatch.setenv("NARRATOR_DATABASE_URL", database_url)
-    monkeypatch.setenv("NARRATOR_DATA_DIR", str(tmp_path))
-    for cache in caches:
-        cache.cache_clear()
-    yield
-    models.db.sync_sessionmaker().kw["bind"].dispose()
-    for cache in caches:
-        cache.cache_clear()
 
 
 def _segment(db: Engine, chars: int) -> uuid.UUID:

@@ -1,5 +1,7 @@
 """Text cleaning, sentence splitting and packing."""
 
+import pytest
+
 from workers.text import Gaps, clean, pack, plan_pieces, sentences, speakable
 
 
@@ -48,3 +50,36 @@ def test_strip_pauses_removes_the_marks() -> None:
     from workers.text import strip_pauses
 
     assert "pause" not in strip_pauses("Wait [pause:2s] here.")
+
+
+@pytest.mark.parametrize(("written", "said"), [
+    ("Dr. Smith paid $12.50 on March 5, 2024 at 3:30 pm.",
+     "Doctor Smith paid twelve dollars and fifty cents on March fifth, twenty twenty-four at "
+     "three thirty p m."),
+    ("In 1984, 45% of the 1,234 voters came 2nd \u2014 or so.",
+     "In nineteen eighty-four, forty-five percent of the one thousand two hundred and "
+     "thirty-four voters came second, or so."),
+    ("See No. 7, e.g. the 1990s, on 2024-03-05.",
+     "See number seven, for example the nineteen nineties, on March fifth, twenty twenty-four."),
+    ("It costs \u20ac3 million; he left on 5th of June 1999 at 10:00.",
+     "It costs three million euros; he left on the fifth of June, nineteen ninety-nine at "
+     "ten o'clock."),
+    ("Pi is 3.14 and 1990\u20131995 \u201cmatters\u201d\u2026",
+     "Pi is three point one four and nineteen ninety to nineteen ninety-five \"matters\"..."),
+    ("Call 555-1234 about version 2.0.1.",
+     "Call five five five, one two three four about version two point zero point one."),
+    ("Main St. is near St. Paul.", "Main St. is near Saint Paul."),
+])
+def test_spoken_form_of_english(written: str, said: str) -> None:
+    from workers.normalize import spoken
+
+    assert spoken(written, "en") == said
+
+
+def test_spoken_form_uses_the_language_for_numbers() -> None:
+    from workers.normalize import spoken
+
+    assert spoken("Er hat 21 \u00c4pfel.", "de") == "Er hat einundzwanzig \u00c4pfel."
+    assert spoken("J'ai 3 chats.", "fr") == "J'ai trois chats."
+    # num2words has no Chinese: the digits stay for the model to read
+    assert spoken("\u6211\u6709 3 \u4e2a", "zh") == "\u6211\u6709 3 \u4e2a"

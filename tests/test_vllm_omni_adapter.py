@@ -249,7 +249,8 @@ def test_close_shuts_the_engine_down_once_and_stops_its_loop(config: Qwen3Config
     engine.close()  # never started: nothing to do
     engine.start()
     thread = engine._thread
-    assert thread is not None and thread.is_alive()
+    assert thread is not None
+    assert thread.is_alive()
     engine.close()
     engine.close()
     assert fake.shut_down == 1

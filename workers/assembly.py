@@ -16,6 +16,7 @@ from storage import MediaStore
 from workers.audio import EXTENSIONS, fade_edges, loudness_normalize
 from workers.audio import encode_to as encode_blocks
 from workers.engines import Audio
+from workers.text import sentences
 
 
 def part_bytes(audio: Audio, rate: int) -> bytes:
@@ -87,6 +88,28 @@ def _blocks(segments: list[Segment], store: MediaStore, timeline: Timeline,
             yield np.zeros(timeline.gap(segment), dtype=np.float32)
 
 
+def sentence_cues(segments: list[Segment], timeline: Timeline,
+                  language: str) -> list[tuple[float, float, str]]:
+    """One cue per sentence: (start s, end s, text).
+
+    Each segment's span is exact, from the sample counts of its part. Inside a segment, which
+    the engine spoke in one go, the span is shared among its sentences by their length in
+    letters and digits, an estimate; the segment's last cue ends exactly where its audio ends.
+    """
+    cues = []
+    for n, segment in enumerate(segments):
+        start, samples = timeline.starts[n], segment.samples or 0
+        parts = sentences(segment.text, language) or [segment.text]
+        weights = [max(1, sum(ch.isalnum() for ch in part)) for part in parts]
+        total, done = sum(weights), 0
+        for part, weight in zip(parts, weights, strict=True):
+            begin = start + samples * done // total
+            done += weight
+            cues.append((begin / timeline.rate, (start + samples * done // total) / timeline.rate,
+                         part))
+    return cues
+
+
 def assemble(job: Job, segments: list[Segment], store: MediaStore, target: MediaStore,
              part_key: Callable[[Segment], str], lufs: float = 0.0) -> dict[str, Any]:
     """Write the job's media to `target`; return the result record (keys, not URLs).
@@ -128,10 +151,7 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
                 target.put_file(str(path), chapter["key"])
             chapters.append(chapter)
         result["chapters"] = chapters
-    cues = [
-        (timeline.starts[n] / rate, (timeline.starts[n] + (s.samples or 0)) / rate, s.text)
-        for n, s in enumerate(segments)
-    ]
+    cues = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2])
     result["subtitles"] = {}
     for kind in job.options.get("subtitles") or []:
         key = f"{base}/subtitles.{kind}"

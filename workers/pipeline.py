@@ -20,6 +20,7 @@ from models.transitions import transition
 from storage import store_for
 from workers import assembly, quality
 from workers.engines import Audio, Engine, SpeechRequest, get_engine
+from workers.normalize import spoken
 from workers.settings import get_settings
 from workers.text import Gaps, plan_pieces
 
@@ -124,9 +125,11 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
         engine = engine or get_engine()
         rate = quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
                                         job.speed)
+        language = job.options.get("language")
         request = SpeechRequest(
-            text=text, voice=job.voice, speed=job.speed,
-            instructions=job.options.get("instructions"), language=job.options.get("language"),
+            text=spoken(text, language) if settings.normalize_text else text,
+            voice=job.voice, speed=job.speed,
+            instructions=job.options.get("instructions"), language=language,
             seed=job.options.get("seed"), max_new_tokens=job.options.get("max_new_tokens"),
             task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
         )
@@ -146,7 +149,8 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
             return None
         done, total, status = session.execute(
             update(Job).where(Job.id == job_id)
-            .values(segments_done=Job.segments_done + 1, chars_done=Job.chars_done + len(text),
+            .values(segments_done=Job.segments_done + 1,
+                    chars_done=Job.chars_done + len(request.text),  # spoken: the guard's unit
                     audio_seconds=Job.audio_seconds + seconds, updated_at=utcnow())
             .returning(Job.segments_done, Job.segments_total, Job.status)
         ).one()

@@ -21,7 +21,9 @@ class WorkerSettings(BaseSettings):
     paragraph_gap_seconds: float = 0.6
     chapter_gap_seconds: float = 1.5
     segment_max_attempts: int = 3
+    retry_backoff_seconds: float = 5.0  # a lost segment waits this, then 2x, 4x... (cap 600)
     quality_retries: int = 2  # re-syntheses of a runaway or truncated segment
+    normalize_text: bool = True  # numbers, dates, money, abbreviations read as words
     loudness_lufs: float = -16.0  # assembly normalises each part to this; 0 turns it off
     # A running segment whose heartbeat is older than this lost its worker (reaper).
     segment_stale_seconds: float = 900.0

@@ -7,14 +7,18 @@ import structlog
 from workers.audio import CONTENT_TYPES, encode, to_pcm16
 from workers.channel import Message, channel_for
 from workers.engines import SpeechRequest, get_engine
+from workers.normalize import spoken
 from workers.settings import get_settings
 
 log = structlog.get_logger()
 
 
 def _request(payload: dict[str, Any]) -> SpeechRequest:
+    text = payload["input"]
+    if get_settings().normalize_text:
+        text = spoken(text, payload.get("language"))
     return SpeechRequest(
-        text=payload["input"], voice=payload["voice"], speed=payload.get("speed", 1.0),
+        text=text, voice=payload["voice"], speed=payload.get("speed", 1.0),
         instructions=payload.get("instructions"), language=payload.get("language"),
         seed=payload.get("seed"), max_new_tokens=payload.get("max_new_tokens"),
         task_type=payload.get("task_type"), request_id=payload["request_id"], realtime=True,

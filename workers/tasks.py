@@ -68,7 +68,8 @@ def _warm_engine(**_: Any) -> None:
     _presence.state = "ready"
     _presence.publish()
     settings = get_settings()
-    reaper.start(settings.reaper_interval_seconds, settings.segment_stale_seconds, _enqueue)
+    reaper.start(settings.reaper_interval_seconds, settings.segment_stale_seconds, _enqueue,
+                 settings.segment_max_attempts, settings.retry_backoff_seconds)
     log.info("engine.ready", engine=engine.info.engine, model=engine.info.id)
 
 
@@ -84,10 +85,10 @@ def _leave(**_: Any) -> None:
             close()
 
 
-def _enqueue(task: str, item_id: str, model: str) -> None:
+def _enqueue(task: str, item_id: str, model: str, countdown: float) -> None:
     """Send a task by name to the queue it belongs on (the reaper's re-enqueue)."""
     queue = model_queues(model)[1] if task == "narrator.synthesize" else BATCH
-    celery_app.send_task(task, args=[item_id], queue=queue)
+    celery_app.send_task(task, args=[item_id], queue=queue, countdown=countdown or None)
 
 
 @celery_app.task(name="narrator.plan")
