@@ -1,7 +1,12 @@
 """Every response format encodes and decodes back to the same duration."""
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
+import soundfile as sf
 
 from workers.audio import decode, encode, encode_to, opus_rate
 
@@ -60,3 +65,46 @@ def test_fade_edges_start_and_end_at_zero() -> None:
     assert faded[0] == 0.0
     assert faded[-1] == 0.0
     assert faded[12000] == 1.0
+
+
+def _book(chapters: list[int]) -> tuple[list[Any], Any]:
+    from models import Segment
+    from workers.assembly import Timeline
+
+    segments = [Segment(index=n, chapter=c, text="x", samples=2400, pause_after=0.1)
+                for n, c in enumerate(chapters)]
+    return segments, Timeline(segments, 24000)
+
+
+def test_one_read_of_the_parts_feeds_the_book_and_each_chapter(tmp_path: Path) -> None:
+    from workers.assembly import _encode
+
+    segments, timeline = _book([0, 0, 1])
+    blocks = (np.full(2400, 0.1 * (n + 1), np.float32) for n in range(3))
+    files = [tmp_path / "c0.wav", tmp_path / "c1.wav"]
+    _encode(segments, blocks, timeline, "wav", tmp_path / "book.wav", [], files)
+    book, _ = sf.read(tmp_path / "book.wav", dtype="float32")
+    first, _ = sf.read(files[0], dtype="float32")
+    second, _ = sf.read(files[1], dtype="float32")
+    assert len(book) == timeline.total == 3 * 2400 + 2 * 2400  # two 0.1 s gaps
+    assert len(first) == 2 * 2400 + 2400  # its inner gap only
+    assert len(second) == 2400
+    assert abs(float(second.mean()) - 0.3) < 1e-3
+
+
+def test_a_failing_read_or_encoder_raises_instead_of_hanging(tmp_path: Path) -> None:
+    from workers.assembly import _encode
+
+    segments, timeline = _book([0] * 40 + [1] * 40)
+
+    def broken() -> Iterator[Any]:
+        for _ in range(30):
+            yield np.zeros(2400, np.float32)
+        raise OSError("part missing")
+
+    with pytest.raises(OSError, match="part missing"):
+        _encode(segments, broken(), timeline, "wav", tmp_path / "a.wav", [],
+                [tmp_path / "c0.wav", tmp_path / "c1.wav"])
+    blocks = (np.zeros(2400, np.float32) for _ in range(80))
+    with pytest.raises(Exception):  # noqa: B017, PT011 - whatever the encoder raises
+        _encode(segments, blocks, timeline, "wav", tmp_path / "missing" / "a.wav", [], [])

@@ -270,7 +270,8 @@ def test_markdown_headings_become_chapters(local_stack: Stack) -> None:
         srt = http.get(job["result"]["subtitles"]["srt"]).text
     titles = [c["title"] for c in job["result"]["chapters"]]
     assert titles == ["Chapter 1", "The Harbour", "The Storm"]
-    assert "The boats came in late. See the chart." in srt
+    assert "\nThe boats came in late.\n\n" in srt  # a cue per sentence
+    assert "\nSee the chart.\n" in srt
     assert "*" not in srt
     assert "](" not in srt
     assert "code_is_not_read" not in srt

@@ -2,8 +2,10 @@
 
 import io
 import json
+import queue
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import groupby
 from pathlib import Path
 from typing import Any
@@ -71,21 +73,93 @@ class Timeline:
         return round(segment.pause_after * self.rate)
 
 
-def _blocks(segments: list[Segment], store: MediaStore, timeline: Timeline,
-            part_key: Callable[[Segment], str], lufs: float) -> Iterator[Audio]:
-    """Yield each part, finished (loudness, fades), and the silence after it.
+def _finished(segments: list[Segment], store: MediaStore, part_key: Callable[[Segment], str],
+              lufs: float, rate: int) -> Iterator[Audio]:
+    """Yield each part once, finished: normalised to `lufs` (0: as is), edges faded.
 
     Finishing happens here, on the worker that assembles, not on the GPU worker that
     synthesised the part: there, every millisecond of CPU delays the engine's next batch.
     """
-    for n, segment in enumerate(segments):
+    for segment in segments:
         with store.open(part_key(segment)) as f:
             audio, _ = sf.read(f, dtype="float32")
         if lufs:
-            audio = loudness_normalize(audio, timeline.rate, lufs)
-        yield fade_edges(np.asarray(audio, dtype=np.float32), timeline.rate)
-        if n < len(segments) - 1:
-            yield np.zeros(timeline.gap(segment), dtype=np.float32)
+            audio = loudness_normalize(audio, rate, lufs)
+        yield fade_edges(np.asarray(audio, dtype=np.float32), rate)
+
+
+class _Feed:
+    """Blocks for one encoder thread: a bounded queue read until None (bounded memory)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[Audio | None] = queue.Queue(maxsize=8)
+
+    def __iter__(self) -> Iterator[Audio]:
+        while (block := self.queue.get()) is not None:  # not iter(get, None): arrays and ==
+            yield block
+
+    def put(self, block: Audio | None, encoders: list[Future[None]]) -> None:
+        """Queue a block; if an encoder has failed meanwhile, raise its error."""
+        while True:
+            try:
+                self.queue.put(block, timeout=0.5)
+                return
+            except queue.Full:
+                for encoder in encoders:
+                    if encoder.done():
+                        encoder.result()
+
+    def close(self, encoder: Future[None]) -> None:
+        """End the stream, unless its encoder has already stopped (it raised)."""
+        while not encoder.done():
+            try:
+                self.queue.put(None, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+
+def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline, fmt: str,
+            main: Path, marks: list[tuple[str, float, float]],
+            chapter_files: list[Path]) -> None:
+    """Encode the whole book and, if `chapter_files`, each chapter, from one read of the parts.
+
+    Two encoder threads (libsndfile and PyAV release the GIL) take the same finished blocks:
+    one writes the book, the other the chapters in turn, each chapter with its inner silences.
+    """
+    rate, book = timeline.rate, _Feed()
+    chapters = [_Feed() for _ in chapter_files]
+
+    def encode_chapters() -> None:
+        for feed, path in zip(chapters, chapter_files, strict=True):
+            encode_blocks(feed, rate, fmt, path)
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="encode") as pool:
+        encoders = [pool.submit(encode_blocks, book, rate, fmt, main, marks)]
+        if chapters:
+            encoders.append(pool.submit(encode_chapters))
+        chapter = 0
+        try:
+            for n, (segment, audio) in enumerate(zip(segments, blocks, strict=True)):
+                last = n == len(segments) - 1
+                book.put(audio, encoders)
+                if not last:
+                    book.put(np.zeros(timeline.gap(segment), dtype=np.float32), encoders)
+                if chapters:
+                    ends_chapter = last or segments[n + 1].chapter != segment.chapter
+                    chapters[chapter].put(audio, encoders)
+                    if ends_chapter:
+                        chapters[chapter].close(encoders[-1])
+                        chapter += 1
+                    else:
+                        chapters[chapter].put(np.zeros(timeline.gap(segment), np.float32),
+                                              encoders)
+        finally:  # on an error too: let the encoders finish, so the pool can close
+            book.close(encoders[0])
+            for feed in chapters[chapter:]:
+                feed.close(encoders[-1])
+        for encoder in encoders:
+            encoder.result()
 
 
 def sentence_cues(segments: list[Segment], timeline: Timeline,
@@ -131,24 +205,24 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     titles = [job.chapters[n].get("title") or f"Chapter {n + 1}" for n, *_ in spans]
     marks = [(title, start / rate, end / rate)
              for title, (_, _, start, end) in zip(titles, spans, strict=True)]
+    split = len(job.chapters) > 1
     with tempfile.TemporaryDirectory(prefix="narrator-") as tmp:
         main = Path(tmp) / f"audio.{ext}"
-        encode_blocks(_blocks(segments, store, timeline, part_key, lufs), rate, fmt, main, marks)
+        files = [Path(tmp) / f"chapter-{number:03d}.{ext}" for number, *_ in spans] \
+            if split else []
+        _encode(segments, _finished(segments, store, part_key, lufs, rate), timeline, fmt,
+                main, marks, files)
         target.put_file(str(main), f"{base}/audio.{ext}")
         result |= {"key": f"{base}/audio.{ext}", "bytes": main.stat().st_size}
-        main.unlink()
         chapters = []
-        for title, (number, members, start, end) in zip(titles, spans, strict=True):
+        for n, (title, (number, _, start, end)) in enumerate(zip(titles, spans, strict=True)):
             chapter: dict[str, Any] = {
                 "title": title, "start_seconds": start / rate,
                 "duration_seconds": (end - start) / rate,
             }
-            if len(job.chapters) > 1:
-                path = Path(tmp) / f"chapter.{ext}"
-                sub = Timeline(members, rate)
-                encode_blocks(_blocks(members, store, sub, part_key, lufs), rate, fmt, path)
+            if split:
                 chapter["key"] = f"{base}/chapters/{number:03d}.{ext}"
-                target.put_file(str(path), chapter["key"])
+                target.put_file(str(files[n]), chapter["key"])
             chapters.append(chapter)
         result["chapters"] = chapters
     cues = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2])

@@ -1,0 +1,201 @@
+"""Long-form jobs: platform throughput against the raw engine, planning, assembly memory.
+
+1. throughput: a ~20,000-character, 4-chapter text as a job through `narrator serve`
+   (embedded: SQLite, file broker, Piper, local media), from submit to `completed`, in
+   audio-seconds per wall-second; divided by the raw engine looping over the same planned
+   segments (spoken form) in one process, in the same run. Target >= 0.95.
+2. planning: `plan_pieces` over a 2,000,000-character text: wall time and peak Python memory.
+3. assembly: peak resident memory of a process that assembles a long job (synthetic parts
+   in a local media folder) into one MP3 and per-chapter files, against the size of its
+   audio as float32: assembly streams, so the peak must stay far below the audio's size.
+
+    python -m bench.longform [--chars 20000] [--plan-chars 2000000] [--assembly-hours 1]
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from typing import Any
+
+import httpx
+
+from bench.common import save, served, table
+
+PARAGRAPHS = [
+    "The ferry left the harbour at dawn, and the gulls followed it out past the breakwater. "
+    "Nobody on deck said much; the passengers watched the town shrink into a line of roofs.",
+    "By 9:30 the fog had lifted. Dr. Alvarez counted 14 crates on the manifest, though the "
+    "hold held only 12, and she wrote the difference down in the margin of her notebook.",
+    "Her brother had warned her about the crossing in March 1998, when the storm had kept "
+    "them at sea for two days. \u201cIt is never the wind,\u201d he said, "
+    "\u201cit is the tide.\u201d",
+    "In the afternoon the island came into view: a low green hump with a white church, a "
+    "jetty, and a road that wound up between stone walls toward the lighthouse.",
+]
+
+
+def book(chars: int, chapters: int = 4) -> list[dict[str, str]]:
+    """Return `chapters` chapters of varied prose totalling about `chars` characters."""
+    per_chapter, out = chars // chapters, []
+    for c in range(chapters):
+        paragraphs, size, n = [], 0, c
+        while size < per_chapter:
+            paragraph = PARAGRAPHS[n % len(PARAGRAPHS)].replace("14", str(10 + n % 40))
+            paragraphs.append(paragraph)
+            size += len(paragraph) + 2
+            n += 1
+        out.append({"title": f"Chapter {c + 1}", "input": "\n\n".join(paragraphs)})
+    return out
+
+
+def raw_engine(chapters: list[dict[str, str]]) -> tuple[float, float, int]:
+    """Loop the engine over the job's planned segments; return wall s, audio s, segments."""
+    from workers.engines import SpeechRequest, get_engine
+    from workers.normalize import spoken
+    from workers.settings import get_settings
+    from workers.text import Gaps, plan_pieces
+
+    settings = get_settings()
+    gaps = Gaps(settings.sentence_gap_seconds, settings.paragraph_gap_seconds,
+                settings.chapter_gap_seconds)
+    pieces = list(plan_pieces([c["input"] for c in chapters], settings.segment_chars, gaps))
+    engine = get_engine()
+    voice = engine.info.voices[0].id
+    engine.synthesize([SpeechRequest(text="Warm up.", voice=voice)])
+    start, samples = time.perf_counter(), 0
+    for piece in pieces:
+        audio = engine.synthesize([SpeechRequest(text=spoken(piece.text), voice=voice)])[0]
+        samples += len(audio)
+    return time.perf_counter() - start, samples / engine.sample_rate, len(pieces)
+
+
+def platform(chapters: list[dict[str, str]], fmt: str) -> tuple[float, float, int]:
+    """Submit the job to `narrator serve`; return wall s to completed, audio s, segments."""
+    with served() as url, httpx.Client(base_url=url, timeout=60) as http:
+        warm = http.post("/v1/audio/jobs", json={"input": "Warm up."}).json()["id"]
+        while http.get(f"/v1/audio/jobs/{warm}").json()["status"] != "completed":
+            time.sleep(0.1)
+        start = time.perf_counter()
+        job = http.post("/v1/audio/jobs", json={"chapters": chapters, "response_format": fmt,
+                                                "subtitles": ["srt"]}).json()
+        while job["status"] not in ("completed", "failed"):
+            time.sleep(0.2)
+            job = http.get(f"/v1/audio/jobs/{job['id']}").json()
+        wall = time.perf_counter() - start
+        if job["status"] != "completed":
+            raise RuntimeError(json.dumps(job["error"]))
+        manifest = http.get(job["result"]["manifest_url"]).json()
+    speech = sum(s["duration_seconds"] for s in manifest["segments"])  # as raw: no silences
+    return wall, speech, job["segments"]["total"]
+
+
+def planning(chars: int) -> dict[str, Any]:
+    """Plan a text of `chars` characters; return time, segments and peak traced memory."""
+    from workers.text import Gaps, plan_pieces
+
+    chapters = [c["input"] for c in book(chars, chapters=40)]
+    total = sum(len(c) for c in chapters)
+    tracemalloc.start()
+    start = time.perf_counter()
+    segments = sum(1 for _ in plan_pieces(chapters, 400, Gaps(0.25, 0.6, 1.5)))
+    wall = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"chars": total, "segments": segments, "seconds": wall,
+            "peak_mib_beyond_input": peak / 2**20, "input_mib": total / 2**20}
+
+
+def assembly_child(hours: float) -> None:
+    """In a fresh process: write synthetic parts, assemble them, print peak RSS."""
+    import uuid
+
+    import numpy as np
+
+    from models import Job, Segment
+    from storage import MediaStore
+    from workers import assembly
+
+    rate, part_seconds = 24000, 20
+    parts = int(hours * 3600 / part_seconds)
+    with tempfile.TemporaryDirectory(prefix="narrator-asm-") as tmp:
+        store = MediaStore(f"file://{tmp}")
+        tone = (0.2 * np.sin(np.arange(rate * part_seconds) * 2 * np.pi * 220 / rate))
+        job = Job(id=uuid.uuid4(), model="piper", voice="joe", response_format="mp3",
+                  speed=1.0, options={"language": "en"}, input_characters=0,
+                  chapters=[{"title": f"Part {n + 1}", "input": ""} for n in range(4)])
+        segments = []
+        for n in range(parts):
+            store.put(f"p/{n:06d}.wav", assembly.part_bytes(tone.astype(np.float32), rate))
+            segments.append(Segment(index=n, chapter=n * 4 // parts, text="A sentence here.",
+                                    samples=rate * part_seconds, pause_after=0.25, attempts=1))
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        start = time.perf_counter()
+        assembly.assemble(job, segments, store, store, lambda s: f"p/{s.index:06d}.wav", -16.0)
+        wall = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    audio_mib = parts * part_seconds * rate * 4 / 2**20
+    print("RESULT " + json.dumps({"parts": parts, "audio_hours": hours, "seconds": wall,
+                                  "rss_before_mib": before / 1024, "rss_peak_mib": peak / 1024,
+                                  "audio_float32_mib": audio_mib}))
+
+
+def assembly_memory(hours: float) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "bench.longform", "--assembly-child",
+                          str(hours)], capture_output=True, text=True, check=True,
+                         env=os.environ | {"NARRATOR_LOG_LEVEL": "WARNING"}).stdout
+    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+    return dict(json.loads(line[7:]))
+
+
+def main() -> None:
+    """Run the three measurements and print their tables."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chars", type=int, default=20_000)
+    parser.add_argument("--formats", nargs="+", default=["wav", "mp3"])
+    parser.add_argument("--plan-chars", type=int, default=2_000_000)
+    parser.add_argument("--assembly-hours", type=float, default=1.0)
+    parser.add_argument("--assembly-child", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.assembly_child:
+        assembly_child(args.assembly_child)
+        return
+
+    chapters = book(args.chars)
+    chars = sum(len(c["input"]) for c in chapters)
+    raw_wall, raw_audio, raw_segments = raw_engine(chapters)
+    raw_rate = raw_audio / raw_wall
+    rows = [["raw Piper loop, one process", raw_segments, f"{raw_audio:.1f}", f"{raw_wall:.1f}",
+             f"{raw_rate:.2f}", "1.000"]]
+    results: dict[str, Any] = {"chars": chars, "raw": {"wall_s": raw_wall,
+                                                       "audio_s": raw_audio}}
+    for fmt in args.formats:
+        wall, audio, segments = platform(chapters, fmt)
+        rate = audio / wall
+        rows.append([f"job via narrator serve ({fmt} + srt)", segments, f"{audio:.1f}",
+                     f"{wall:.1f}", f"{rate:.2f}", f"{rate / raw_rate:.3f}"])
+        results[fmt] = {"wall_s": wall, "audio_s": audio, "ratio": rate / raw_rate}
+    print(f"{chars} characters in {len(chapters)} chapters, Piper on {os.cpu_count()} CPUs; "
+          "audio s = speech only (the job's planned silences are not counted)")
+    print(table(["path", "segments", "audio s", "wall s", "audio-s/s", "ratio"], rows))
+
+    plan = planning(args.plan_chars)
+    print(f"\nplanning {plan['chars']:,} characters: {plan['segments']:,} segments in "
+          f"{plan['seconds']:.1f} s, peak {plan['peak_mib_beyond_input']:.1f} MiB traced "
+          f"(input {plan['input_mib']:.1f} MiB)")
+    asm = assembly_memory(args.assembly_hours)
+    print(f"assembling {asm['audio_hours']} h ({asm['parts']} parts) to MP3 + chapters: "
+          f"{asm['seconds']:.1f} s, peak RSS {asm['rss_peak_mib']:.0f} MiB "
+          f"(before {asm['rss_before_mib']:.0f} MiB; the audio as float32 is "
+          f"{asm['audio_float32_mib']:.0f} MiB)")
+    save("longform", results | {"planning": plan, "assembly": asm})
+
+
+if __name__ == "__main__":
+    main()
