@@ -15,12 +15,13 @@
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -111,44 +112,72 @@ def planning(chars: int) -> dict[str, Any]:
             "peak_mib_beyond_input": peak / 2**20, "input_mib": total / 2**20}
 
 
-def assembly_child(hours: float) -> None:
-    """In a fresh process: write synthetic parts, assemble them, print peak RSS."""
-    import uuid
+RATE, PART_SECONDS = 24000, 20
 
+
+def write_parts(folder: str, hours: float) -> None:
+    """Write synthetic parts (a 220 Hz tone) for `hours` of audio into `folder`."""
     import numpy as np
+
+    from storage import MediaStore
+    from workers import assembly
+
+    store = MediaStore(f"file://{folder}")
+    tone = 0.2 * np.sin(np.arange(RATE * PART_SECONDS) * 2 * np.pi * 220 / RATE)
+    for n in range(int(hours * 3600 / PART_SECONDS)):
+        store.put(f"p/{n:06d}.wav", assembly.part_bytes(tone.astype(np.float32), RATE))
+
+
+def assembly_child(folder: str, hours: float) -> None:
+    """In a fresh process: assemble the parts in `folder`; print peak RSS against baseline."""
+    import uuid
 
     from models import Job, Segment
     from storage import MediaStore
     from workers import assembly
 
-    rate, part_seconds = 24000, 20
-    parts = int(hours * 3600 / part_seconds)
-    with tempfile.TemporaryDirectory(prefix="narrator-asm-") as tmp:
-        store = MediaStore(f"file://{tmp}")
-        tone = (0.2 * np.sin(np.arange(rate * part_seconds) * 2 * np.pi * 220 / rate))
-        job = Job(id=uuid.uuid4(), model="piper", voice="joe", response_format="mp3",
-                  speed=1.0, options={"language": "en"}, input_characters=0,
-                  chapters=[{"title": f"Part {n + 1}", "input": ""} for n in range(4)])
-        segments = []
-        for n in range(parts):
-            store.put(f"p/{n:06d}.wav", assembly.part_bytes(tone.astype(np.float32), rate))
-            segments.append(Segment(index=n, chapter=n * 4 // parts, text="A sentence here.",
-                                    samples=rate * part_seconds, pause_after=0.25, attempts=1))
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        start = time.perf_counter()
-        assembly.assemble(job, segments, store, store, lambda s: f"p/{s.index:06d}.wav", -16.0)
-        wall = time.perf_counter() - start
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    audio_mib = parts * part_seconds * rate * 4 / 2**20
+    parts = int(hours * 3600 / PART_SECONDS)
+    store = MediaStore(f"file://{folder}")
+    job = Job(id=uuid.uuid4(), model="piper", voice="joe", response_format="mp3",
+              speed=1.0, options={"language": "en"}, input_characters=0,
+              chapters=[{"title": f"Part {n + 1}", "input": ""} for n in range(4)])
+    segments = [Segment(index=n, chapter=n * 4 // parts, text="A sentence here.",
+                        samples=RATE * PART_SECONDS, pause_after=0.25, attempts=1)
+                for n in range(parts)]
+    before, peak, done = rss_mib(), [0.0], threading.Event()
+
+    def sample() -> None:  # the high-water mark of ru_maxrss may date from the imports
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], rss_mib())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    start = time.perf_counter()
+    assembly.assemble(job, segments, store, store, lambda s: f"p/{s.index:06d}.wav", -16.0)
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    audio_mib = parts * PART_SECONDS * RATE * 4 / 2**20
     print("RESULT " + json.dumps({"parts": parts, "audio_hours": hours, "seconds": wall,
-                                  "rss_before_mib": before / 1024, "rss_peak_mib": peak / 1024,
+                                  "rss_before_mib": before, "rss_peak_mib": peak[0],
                                   "audio_float32_mib": audio_mib}))
 
 
+def rss_mib() -> float:
+    """Return this process's resident memory now (Linux /proc)."""
+    fields = Path("/proc/self/status").read_text().split("VmRSS:")[1].split()
+    return int(fields[0]) / 1024
+
+
 def assembly_memory(hours: float) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "bench.longform", "--assembly-child",
-                          str(hours)], capture_output=True, text=True, check=True,
-                         env=os.environ | {"NARRATOR_LOG_LEVEL": "WARNING"}).stdout
+    """Write the parts in one process, then assemble them in a fresh one."""
+    env = os.environ | {"NARRATOR_LOG_LEVEL": "WARNING"}
+    with tempfile.TemporaryDirectory(prefix="narrator-asm-") as folder:
+        subprocess.run([sys.executable, "-m", "bench.longform", "--write-parts", folder,
+                        str(hours)], check=True, env=env)
+        out = subprocess.run([sys.executable, "-m", "bench.longform", "--assembly-child",
+                              folder, str(hours)], capture_output=True, text=True, check=True,
+                             env=env).stdout
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     return dict(json.loads(line[7:]))
 
@@ -161,10 +190,14 @@ def main() -> None:
     parser.add_argument("--formats", nargs="+", default=["wav", "mp3"])
     parser.add_argument("--plan-chars", type=int, default=2_000_000)
     parser.add_argument("--assembly-hours", type=float, default=1.0)
-    parser.add_argument("--assembly-child", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--assembly-child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--write-parts", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.assembly_child:
-        assembly_child(args.assembly_child)
+        assembly_child(args.assembly_child[0], float(args.assembly_child[1]))
+        return
+    if args.write_parts:
+        write_parts(args.write_parts[0], float(args.write_parts[1]))
         return
 
     chapters = book(args.chars)
@@ -191,9 +224,9 @@ def main() -> None:
           f"(input {plan['input_mib']:.1f} MiB)")
     asm = assembly_memory(args.assembly_hours)
     print(f"assembling {asm['audio_hours']} h ({asm['parts']} parts) to MP3 + chapters: "
-          f"{asm['seconds']:.1f} s, peak RSS {asm['rss_peak_mib']:.0f} MiB "
-          f"(before {asm['rss_before_mib']:.0f} MiB; the audio as float32 is "
-          f"{asm['audio_float32_mib']:.0f} MiB)")
+          f"{asm['seconds']:.1f} s, peak RSS {asm['rss_peak_mib']:.0f} MiB, "
+          f"{asm['rss_peak_mib'] - asm['rss_before_mib']:.0f} MiB above the process's baseline "
+          f"(the audio as float32 is {asm['audio_float32_mib']:.0f} MiB)")
     save("longform", results | {"planning": plan, "assembly": asm})
 
 

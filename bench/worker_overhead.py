@@ -2,7 +2,7 @@
 
 The stand-in is the GPU engine's timing shape only: it holds one of 64 engine slots (like
 VllmOmniEngine's in-flight bound) for a fixed time and returns 20 s of 24 kHz noise. What is
-left is the worker's own cost: claiming the segment, FLAC encoding, the storage write and
+left is the worker's own cost: claiming the segment, writing the part (float WAV), and
 the counters. Efficiency = ideal wall time (waves x engine time) / measured wall time, for
 several worker thread counts; more threads than engine slots let finished segments be
 written while new ones already occupy the engine.

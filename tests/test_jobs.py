@@ -313,6 +313,10 @@ def test_bad_epub_uploads_are_400(local_stack: Stack, db: Engine) -> None:
                          files={"file": ("a.epub", make_epub([("A", "b")]), "x/y")})
         no_file = http.post("/v1/audio/jobs", data={"request": "{}"},
                             files={"other": ("a.txt", b"x", "text/plain")})
+        oversize = http.post("/v1/audio/jobs", files={  # over MAX_BODY_BYTES (32 MiB)
+            "file": ("big.epub", b"\0" * (32 * 1024 * 1024 + 1), "application/epub+zip")})
+    assert oversize.status_code == 413, oversize.text
+    assert error_of(oversize)["type"] == "invalid_request_error"
     assert not_zip.status_code == 400
     assert "not an EPUB" in error_of(not_zip)["message"]
     assert both.status_code == 400
