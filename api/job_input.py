@@ -13,6 +13,7 @@ from starlette.datastructures import UploadFile
 from api.errors import ApiError, bad_request
 from api.schemas import Chapter, JobBody
 from api.validation import text_field
+from workers import outbound
 from workers.epub import BadEpub
 from workers.epub import chapters as epub_chapters
 from workers.markdown import chapters as markdown_chapters
@@ -72,6 +73,16 @@ def check_output_url(url: str | None, allowed: list[str]) -> str | None:
         raise bad_request(f"output_url: not under an allowed prefix ({', '.join(allowed)})",
                           "output_url", "output_url_not_allowed")
     return normal
+
+
+async def check_webhook_url(url: str | None, allow: str) -> None:
+    """A 400 unless the webhook URL is http(s) to public addresses (workers.outbound)."""
+    if url is None:
+        return
+    try:
+        await anyio.to_thread.run_sync(outbound.check, url, allow)  # DNS: off the loop
+    except outbound.RefusedURL as exc:
+        raise bad_request(f"webhook_url: {exc}", "webhook_url", "webhook_url_refused") from exc
 
 
 MULTIPART = {

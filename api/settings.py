@@ -19,6 +19,8 @@ class ApiSettings(BaseSettings):
     sync_timeout_seconds: float = 120.0
     # Where jobs may deliver with `output_url`: comma-separated s3://bucket/prefix/ entries.
     output_url_prefixes: str = ""
+    # Private networks or hosts that webhooks may call anyway (comma-separated CIDRs, names).
+    outbound_allow: str = ""
 
     @property
     def output_prefixes(self) -> list[str]:

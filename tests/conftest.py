@@ -118,6 +118,7 @@ def base_env(tmp: Path, database_url: str, redis_db: int) -> dict[str, str]:
         "NARRATOR_BROKER_URL": redis_url(redis_db),
         "NARRATOR_LOG_JSON": "1",
         "NARRATOR_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "NARRATOR_OUTBOUND_ALLOW": "127.0.0.1/32",  # the tests' webhook receivers
         "PYTHONUNBUFFERED": "1",
     }
 

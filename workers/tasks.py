@@ -12,7 +12,7 @@ import structlog
 from celery import Task
 from celery.signals import worker_init, worker_shutdown
 
-from workers import pipeline, reaper, speech, webhooks
+from workers import outbound, pipeline, reaper, speech, webhooks
 from workers.app import BATCH, celery_app, model_queues
 from workers.engines import SpeechRequest, get_engine
 from workers.engines.catalog import catalog
@@ -134,7 +134,11 @@ def assemble(job_id: str) -> None:
                  retry_backoff_max=600, max_retries=10)
 def notify(job_id: str) -> None:
     """Call the job's webhook; failures are retried with exponential backoff."""
-    result = webhooks.notify(uuid.UUID(job_id))
+    try:
+        result = webhooks.notify(uuid.UUID(job_id))
+    except outbound.RefusedURL as exc:  # now resolves somewhere private: never retried
+        log.warning("webhook.refused", job_id=job_id, reason=str(exc))
+        return
     if result is not None:
         log.info("webhook.delivered", job_id=job_id, **result)
 

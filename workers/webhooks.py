@@ -19,6 +19,7 @@ from api.views import job_object
 from models import Job
 from models.db import session_scope
 from storage import store_for
+from workers import outbound
 from workers.settings import get_settings
 
 TIMEOUT_SECONDS = 10.0
@@ -45,8 +46,14 @@ def payload(job_id: uuid.UUID) -> tuple[str, bytes] | None:
 
 
 def deliver(url: str, body: bytes) -> int:
-    """POST once; raise on a network error or a non-2xx answer (the task retries)."""
-    secret = get_settings().webhook_secret
+    """POST once; raise on a network error or a non-2xx answer (the task retries).
+
+    Raises outbound.RefusedURL, which is not retried, if the URL now leads somewhere
+    private: its name may resolve elsewhere than when the job was submitted.
+    """
+    settings = get_settings()
+    outbound.check(url, settings.outbound_allow)
+    secret = settings.webhook_secret
     headers = {"Content-Type": "application/json", "User-Agent": "narrator-webhooks/1"}
     if secret:
         headers["X-Narrator-Signature"] = sign(secret, int(time.time()), body)

@@ -79,6 +79,7 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
     chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
     output_url = job_input.check_output_url(body.output_url, state.settings.output_prefixes)
+    await job_input.check_webhook_url(body.webhook_url, state.settings.outbound_allow)
     digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),
                                          option=orjson.OPT_SORT_KEYS) + upload_digest).hexdigest()
     if idempotency_key:
