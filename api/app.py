@@ -9,7 +9,7 @@ from api import errors
 from api.catalogue import Catalogue
 from api.routes import catalog, health, jobs, speech, voices
 from api.settings import ApiSettings, get_settings
-from api.state import State
+from api.state import KeyTable, State
 from models.db import async_session_factory, make_async_engine
 from storage import store_for
 from workers.app import make_app
@@ -25,10 +25,12 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_async_engine()
+        sessions = async_session_factory(engine)
         app.state.narrator = State(
-            settings=settings, engine=engine, sessions=async_session_factory(engine),
+            settings=settings, engine=engine, sessions=sessions,
             celery=make_app(), channel=channel_for(worker_settings()), store=store_for(),
             catalogue=Catalogue(worker_settings(), registry_for(worker_settings())),
+            keys=KeyTable(sessions),
         )
         yield
         await engine.dispose()

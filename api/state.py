@@ -1,18 +1,55 @@
 """Process-wide resources the routes share, created once at start-up."""
 
-import hashlib
+import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from celery import Celery
 from fastapi import Depends, Request
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.catalogue import Catalogue
 from api.errors import ApiError
 from api.settings import ApiSettings
+from models.api_key import ApiKey, digest, owner_of
 from storage import MediaStore
 from workers.channel import Channel
+
+
+class KeyTable:
+    """The api_keys table, as the API reads it: answers cached for a few seconds.
+
+    A key created or revoked with `narrator keys` takes effect within TTL seconds.
+    """
+
+    TTL = 5.0
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+        self._any: tuple[float, bool] = (0.0, False)
+        self._known: dict[str, tuple[float, bool]] = {}
+
+    async def in_use(self) -> bool:
+        """Say whether the table holds any key, revoked or not (then the API is closed)."""
+        checked, found = self._any
+        if time.monotonic() - checked > self.TTL:
+            async with self._sessions() as session:
+                found = await session.scalar(select(ApiKey.id).limit(1)) is not None
+            self._any = (time.monotonic(), found)
+        return found
+
+    async def valid(self, digest: str) -> bool:
+        """Say whether a key with this digest exists and is not revoked."""
+        checked, ok = self._known.get(digest, (0.0, False))
+        if time.monotonic() - checked > self.TTL:
+            async with self._sessions() as session:
+                ok = await session.scalar(select(ApiKey.id).where(
+                    ApiKey.digest == digest, ApiKey.revoked_at.is_(None))) is not None
+            if len(self._known) > 10_000:
+                self._known.clear()
+            self._known[digest] = (time.monotonic(), ok)
+        return ok
 
 
 @dataclass
@@ -26,6 +63,7 @@ class State:
     channel: Channel
     store: MediaStore
     catalogue: Catalogue
+    keys: KeyTable
 
 
 def get_state(request: Request) -> State:
@@ -46,20 +84,24 @@ async def get_session(state: StateDep) -> Any:
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
 
-def get_owner(request: Request, state: StateDep) -> str:
-    """Authenticate the caller and return the owner id of its jobs ('' when the API is open)."""
+async def get_owner(request: Request, state: StateDep) -> str:
+    """Authenticate the caller and return the owner id of its jobs ('' when the API is open).
+
+    Keys come from NARRATOR_API_KEYS and from the api_keys table (`narrator keys`); with
+    neither, the API is open (embedded mode).
+    """
     keys = state.settings.keys
-    if not keys:
+    if not keys and not await state.keys.in_use():
         return ""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if not token or scheme.lower() != "bearer":
         raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'",
                        type="authentication_error", code="missing_api_key")
-    if token not in keys:
+    if token not in keys and not await state.keys.valid(digest(token)):
         raise ApiError(401, "invalid API key", type="authentication_error",
                        code="invalid_api_key")
-    return hashlib.sha256(token.encode()).hexdigest()[:32]
+    return owner_of(token)
 
 
 OwnerDep = Annotated[str, Depends(get_owner)]

@@ -1,9 +1,10 @@
 """SQLAlchemy data model: jobs, segments, events, and the engine/session factories."""
 
+from models.api_key import ApiKey
 from models.base import Base, utcnow, uuid7
 from models.job import ACTIVE, Job, JobEvent, JobStatus, Segment, SegmentStatus, Voice
 
 __all__ = [
-    "ACTIVE", "Base", "Job", "JobEvent", "JobStatus", "Segment", "SegmentStatus",
+    "ACTIVE", "ApiKey", "Base", "Job", "JobEvent", "JobStatus", "Segment", "SegmentStatus",
     "Voice", "utcnow", "uuid7",
 ]

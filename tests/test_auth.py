@@ -1,9 +1,16 @@
 """API keys: required when configured, and a job is visible only to the key that made it."""
 
+import hashlib
+import subprocess
+import sys
+import time
+import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
+from api.state import KeyTable
 from tests.conftest import base_env, error_of
 from tests.support import Stack, start_stack
 
@@ -40,3 +47,56 @@ def test_another_keys_job_is_404(keyed: Stack) -> None:
             assert response.status_code == 404
         assert job["id"] not in {j["id"] for j in two.get("/v1/audio/jobs").json()["data"]}
         assert one.post(f"/v1/audio/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
+
+
+@pytest.fixture(scope="module")
+def tabled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, dict[str, str]]]:
+    """An API on its own database (keys there close it), keys made with `narrator keys`."""
+    from migrations import upgrade
+    from tests.conftest import drop_database, make_database
+
+    name = f"narrator_keys_{uuid.uuid4().hex[:8]}"
+    url = make_database(name)
+    upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    tmp = tmp_path_factory.mktemp("tabled")
+    env = base_env(tmp, url, 15)
+    stack = start_stack(tmp, env, worker=False)
+    yield stack, env
+    stack.stop()
+    drop_database(name)
+
+
+def _narrator(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-P", "-m", "narrator", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_keys_from_the_table_open_close_and_revoke(tabled: tuple[Stack, dict[str, str]]) -> None:
+    stack, env = tabled
+    with stack.client() as http:
+        assert http.get("/v1/models").status_code == 200  # no key anywhere: open
+    created = _narrator(env, "keys", "create", "--name", "ci")
+    assert created.returncode == 0, created.stderr
+    key_id, key = created.stdout.split()[0], created.stdout.splitlines()[1]
+    assert key.startswith("nk_")
+    listed = _narrator(env, "keys", "list").stdout
+    assert key_id in listed
+    assert key not in listed  # only its first characters
+    time.sleep(KeyTable.TTL + 0.5)
+    with stack.client() as http:
+        assert http.get("/v1/models").status_code == 401  # a key exists: closed
+        good = http.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+        assert good.status_code == 200
+        job = http.post("/v1/audio/jobs", json={"input": "Mine."},
+                        headers={"Authorization": f"Bearer {key}"})
+        assert job.status_code == 202
+    assert _narrator(env, "keys", "revoke", key_id).returncode == 0
+    assert _narrator(env, "keys", "revoke", key_id).returncode == 1  # already revoked
+    time.sleep(KeyTable.TTL + 0.5)
+    with stack.client() as http:
+        revoked = http.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+    assert revoked.status_code == 401
+    assert error_of(revoked)["code"] == "invalid_api_key"
+    with psycopg.connect(env["NARRATOR_DATABASE_URL"]) as connection:
+        stored = connection.execute("SELECT digest FROM api_keys").fetchall()
+    assert stored == [(hashlib.sha256(key.encode()).hexdigest(),)]  # never the key itself
