@@ -7,6 +7,7 @@ from fastapi import FastAPI
 
 from api import errors
 from api.catalogue import Catalogue
+from api.limits import RateLimiter
 from api.routes import catalog, health, jobs, speech, voices
 from api.settings import ApiSettings, get_settings
 from api.state import KeyTable, State
@@ -31,8 +32,10 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             celery=make_app(), channel=channel_for(worker_settings()), store=store_for(),
             catalogue=Catalogue(worker_settings(), registry_for(worker_settings())),
             keys=KeyTable(sessions),
+            limiter=RateLimiter(settings.rate_limit_per_minute, worker_settings().broker_url),
         )
         yield
+        await app.state.narrator.limiter.close()
         await engine.dispose()
 
     app = FastAPI(title="Narrator", version="0.1.0", lifespan=lifespan,

@@ -21,6 +21,10 @@ class ApiSettings(BaseSettings):
     output_url_prefixes: str = ""
     # Private networks or hosts that webhooks may call anyway (comma-separated CIDRs, names).
     outbound_allow: str = ""
+    # Per key (0: off): requests per minute, jobs queued or running, job characters per 24 h.
+    rate_limit_per_minute: int = 0
+    max_active_jobs_per_key: int = 0
+    max_chars_per_day_per_key: int = 0
 
     @property
     def output_prefixes(self) -> list[str]:

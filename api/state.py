@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.catalogue import Catalogue
 from api.errors import ApiError
+from api.limits import RateLimiter
 from api.settings import ApiSettings
 from models.api_key import ApiKey, digest, owner_of
 from storage import MediaStore
@@ -64,6 +65,7 @@ class State:
     store: MediaStore
     catalogue: Catalogue
     keys: KeyTable
+    limiter: RateLimiter
 
 
 def get_state(request: Request) -> State:
@@ -92,6 +94,7 @@ async def get_owner(request: Request, state: StateDep) -> str:
     """
     keys = state.settings.keys
     if not keys and not await state.keys.in_use():
+        await state.limiter.hit("")
         return ""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -101,7 +104,9 @@ async def get_owner(request: Request, state: StateDep) -> str:
     if token not in keys and not await state.keys.valid(digest(token)):
         raise ApiError(401, "invalid API key", type="authentication_error",
                        code="invalid_api_key")
-    return owner_of(token)
+    owner = owner_of(token)
+    await state.limiter.hit(owner)
+    return owner
 
 
 OwnerDep = Annotated[str, Depends(get_owner)]

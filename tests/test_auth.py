@@ -6,12 +6,14 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import Engine
 
 from api.state import KeyTable
-from tests.conftest import base_env, error_of
+from tests.conftest import base_env, count_jobs, error_of
 from tests.support import Stack, start_stack
 
 
@@ -100,3 +102,49 @@ def test_keys_from_the_table_open_close_and_revoke(tabled: tuple[Stack, dict[str
     with psycopg.connect(env["NARRATOR_DATABASE_URL"]) as connection:
         stored = connection.execute("SELECT digest FROM api_keys").fetchall()
     assert stored == [(hashlib.sha256(key.encode()).hexdigest(),)]  # never the key itself
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Stack]:
+    """An API (no worker: jobs stay queued) with every per-key limit on."""
+    tmp = tmp_path_factory.mktemp("limited")
+    env = base_env(tmp, database_url, 15) | {
+        "NARRATOR_API_KEYS": "cap-a,cap-b,rate-c", "NARRATOR_RATE_LIMIT_PER_MINUTE": "5",
+        "NARRATOR_MAX_ACTIVE_JOBS_PER_KEY": "2", "NARRATOR_MAX_CHARS_PER_DAY_PER_KEY": "60"}
+    stack = start_stack(tmp, env, worker=False)
+    yield stack
+    stack.stop()
+
+
+def _as(stack: Stack, key: str) -> Any:
+    return stack.client(headers={"Authorization": f"Bearer {key}"})
+
+
+def test_active_jobs_and_daily_characters_are_capped_per_key(limited: Stack,
+                                                             db: Engine) -> None:
+    with _as(limited, "cap-a") as a, _as(limited, "cap-b") as b:
+        assert [a.post("/v1/audio/jobs", json={"input": "One."}).status_code
+                for _ in range(2)] == [202, 202]
+        before = count_jobs(db)
+        third = a.post("/v1/audio/jobs", json={"input": "Three."})
+        assert third.status_code == 429
+        assert error_of(third)["code"] == "too_many_active_jobs"
+        assert int(third.headers["retry-after"]) > 0
+        assert count_jobs(db) == before
+        assert b.post("/v1/audio/jobs", json={"input": "x" * 50}).status_code == 202
+        over = b.post("/v1/audio/jobs", json={"input": "y" * 20})  # 50 + 20 > 60
+    assert over.status_code == 429
+    assert error_of(over)["code"] == "daily_quota_exceeded"
+    assert error_of(over)["type"] == "rate_limit_error"
+
+
+def test_requests_per_minute_are_limited_per_key(limited: Stack) -> None:
+    if time.time() % 60 > 50:  # one fixed window for the whole test
+        time.sleep(61 - time.time() % 60)
+    with _as(limited, "rate-c") as c, _as(limited, "cap-a") as a:
+        codes = [c.get("/v1/audio/jobs").status_code for _ in range(6)]
+        assert a.get("/v1/audio/jobs").status_code == 200  # another key's own budget
+        last = c.get("/v1/audio/jobs")
+    assert codes == [200] * 5 + [429]
+    assert error_of(last)["code"] == "rate_limit_exceeded"
+    assert 0 < int(last.headers["retry-after"]) <= 61

@@ -16,6 +16,7 @@ from starlette.concurrency import iterate_in_threadpool
 
 from api import job_input
 from api.errors import ApiError, Json, bad_request, not_found, unavailable
+from api.limits import check_job_caps
 from api.routes.voices import uploaded_voices
 from api.schemas import JobBody
 from api.state import OwnerDep, SessionDep, State, StateDep
@@ -88,12 +89,15 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
             .where(Job.owner == owner, Job.idempotency_key == idempotency_key))
         if existing is not None:
             return _replay(existing, digest, request, state)
+    characters = sum(len(c["input"]) for c in chapters)
+    await check_job_caps(session, owner, characters, state.settings.max_active_jobs_per_key,
+                         state.settings.max_chars_per_day_per_key)
     options = {k: v for k, v in body.extras().items()} | {"subtitles": body.subtitles}
     job = Job(owner=owner, model=model.id, voice=voice.id, response_format=body.response_format,
               speed=body.speed, options=options, chapters=chapters, output_url=output_url,
               webhook_url=body.webhook_url, meta=body.metadata,
               idempotency_key=idempotency_key, request_hash=digest,
-              input_characters=sum(len(c["input"]) for c in chapters))
+              input_characters=characters)
     session.add(job)
     try:
         await session.commit()

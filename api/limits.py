@@ -1,0 +1,80 @@
+"""Per-key limits: requests per minute, active jobs, characters per day (429 + Retry-After).
+
+The request rate is counted in Redis when the broker is Redis, so every API process and
+replica shares one count per key (a fixed one-minute window: INCR, then EXPIRE); in embedded
+mode, in this process. Job caps are read from the job table at submit.
+"""
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.errors import ApiError
+from models import ACTIVE, Job, utcnow
+
+WINDOW_SECONDS = 60
+
+
+def too_many(message: str, code: str, retry_after: int) -> ApiError:
+    """Return a 429 in the OpenAI error shape with a Retry-After header."""
+    return ApiError(429, message, type="rate_limit_error", code=code,
+                    headers={"Retry-After": str(max(1, retry_after))})
+
+
+class RateLimiter:
+    """Counts each key's requests per minute window."""
+
+    def __init__(self, per_minute: int, redis_url: str = "") -> None:
+        self.per_minute = per_minute
+        self._redis: Any = None
+        if per_minute and redis_url.startswith(("redis://", "rediss://")):
+            import redis.asyncio
+
+            self._redis = redis.asyncio.Redis.from_url(redis_url)
+        self._local: dict[tuple[str, int], int] = {}
+
+    async def hit(self, owner: str) -> None:
+        """Count one request for `owner`; raise a 429 past the limit."""
+        if not self.per_minute:
+            return
+        now = time.time()
+        window = int(now // WINDOW_SECONDS)
+        if self._redis is not None:
+            key = f"narrator:rate:{owner or 'open'}:{window}"
+            async with self._redis.pipeline(transaction=True) as pipe:
+                count, _ = await pipe.incr(key).expire(key, WINDOW_SECONDS * 2).execute()
+        else:
+            if len(self._local) > 10_000:
+                self._local = {k: v for k, v in self._local.items() if k[1] == window}
+            count = self._local[(owner, window)] = self._local.get((owner, window), 0) + 1
+        if count > self.per_minute:
+            raise too_many(f"rate limit: {self.per_minute} requests per minute for this key",
+                           "rate_limit_exceeded", int((window + 1) * WINDOW_SECONDS - now) + 1)
+
+    async def close(self) -> None:
+        """Close the Redis connection, if any."""
+        if self._redis is not None:
+            await self._redis.aclose()
+
+
+async def check_job_caps(session: AsyncSession, owner: str, chars: int, max_active: int,
+                         max_chars_per_day: int) -> None:
+    """Raise a 429 if a new job of `chars` characters would pass the key's caps."""
+    if max_active:
+        active = await session.scalar(select(func.count()).select_from(Job).where(
+            Job.owner == owner, Job.status.in_(ACTIVE)))
+        if (active or 0) >= max_active:
+            raise too_many(f"this key already has {active} jobs queued or in progress "
+                           f"(limit {max_active}); wait for one to finish",
+                           "too_many_active_jobs", 30)
+    if max_chars_per_day:
+        since = utcnow() - timedelta(days=1)
+        used = await session.scalar(select(func.coalesce(func.sum(Job.input_characters), 0))
+                                    .where(Job.owner == owner, Job.created_at > since))
+        if (used or 0) + chars > max_chars_per_day:
+            raise too_many(f"daily character quota: {used} of {max_chars_per_day} characters "
+                           f"used in the last 24 hours, this job needs {chars}",
+                           "daily_quota_exceeded", 3600)
