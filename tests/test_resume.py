@@ -1,14 +1,28 @@
 """A worker SIGKILLed mid-job: after a restart the job completes, redoing at most what was
 in flight (the reaper puts the orphaned segment back; manifests count attempts)."""
 
+import os
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import httpx
 import pytest
+from sqlalchemy import Engine, text
 
 from tests.conftest import base_env
-from tests.support import Process, Stack, narrator, start_stack, wait_for, wait_job
+from tests.support import (
+    Process,
+    Stack,
+    audio_stats,
+    free_port,
+    narrator,
+    start_stack,
+    wait_for,
+    wait_job,
+)
 
 PARAGRAPH = ("The keeper counted the ships that passed the rocks each night, and wrote their "
              "names in a book that nobody else would ever read. ") * 3
@@ -54,6 +68,33 @@ def test_sigkilled_worker_costs_at_most_its_in_flight_segment(fragile: Stack) ->
     assert max(attempts) <= 2
 
 
+def test_sigterm_finishes_the_segment_in_flight_and_loses_nothing(fragile: Stack,
+                                                                  db: Engine) -> None:
+    body = {"input": "\n\n".join([PARAGRAPH] * 10), "response_format": "wav"}
+    with fragile.client() as http:
+        job = http.post("/v1/audio/jobs", json=body).json()
+        deadline = time.monotonic() + 60
+        while http.get(f"/v1/audio/jobs/{job['id']}").json()["segments"]["done"] < 2:
+            assert time.monotonic() < deadline, "no progress before the SIGTERM"
+            time.sleep(0.05)
+        worker = fragile.worker
+        worker.stop(signal.SIGTERM, timeout=60)  # a warm shutdown: no SIGKILL needed
+        assert worker.popen is not None
+        assert worker.popen.returncode == 0, worker.output()[-2000:]
+        with db.connect() as connection:
+            running = connection.execute(text(
+                "SELECT count(*) FROM segments WHERE job_id = :id AND status = 'running'"),
+                {"id": _uuid(job["id"])}).scalar_one()
+        assert running == 0  # the segment in flight was finished, not orphaned
+        restarted = Process(narrator("worker"), fragile.env,
+                            worker.log.with_name("worker3.log")).start()
+        fragile.worker = restarted
+        done = wait_job(http, job["id"], timeout=180)
+        assert done["status"] == "completed", done
+        manifest = http.get(done["result"]["manifest_url"]).json()
+    assert [s["attempts"] for s in manifest["segments"]] == [1] * 10  # nothing ran twice
+
+
 def test_media_past_its_ttl_is_deleted_by_the_reaper(fragile: Stack) -> None:
     with fragile.client() as http:
         job = wait_job(http, http.post("/v1/audio/jobs", json={"input": "Short-lived."}
@@ -71,3 +112,25 @@ def _uuid(job_id: str) -> str:
     import uuid
 
     return str(uuid.UUID(hex=job_id.removeprefix("job_")))
+
+
+def test_sigterm_on_the_api_drains_the_request_in_flight(fragile: Stack, tmp_path: Path) -> None:
+    port = free_port()
+    api = Process(narrator("api", "--port", str(port)), fragile.env, tmp_path / "api2.log")
+    api.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: httpx.get(f"{url}/healthz").status_code == 200, 30, "the second API")
+    body = {"model": "piper", "voice": "joe", "input": PARAGRAPH * 2, "response_format": "wav"}
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(httpx.post, f"{url}/v1/audio/speech", json=body, timeout=120)
+        time.sleep(0.3)  # the request is with the worker now
+        assert api.popen is not None
+        os.killpg(api.popen.pid, signal.SIGTERM)
+        response = answer.result()
+    assert response.status_code == 200  # answered in full, though the API was stopping
+    duration, _ = audio_stats(response.content, "wav")
+    assert duration > 5
+    # uvicorn re-raises the SIGTERM it handled once it has drained: exit status -15
+    assert api.popen.wait(30) in (0, -signal.SIGTERM)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/healthz")
