@@ -1,5 +1,11 @@
 """One MediaStore over fsspec for local folders and S3, with URL rendering."""
 
+from botocore.exceptions import BotoCoreError
+
 from storage.media import MediaStore, store_for
 
-__all__ = ["MediaStore", "store_for"]
+# What a storage outage raises: fsspec maps S3 answers to OSError; a server that cannot be
+# reached surfaces as botocore's connection errors.
+STORAGE_ERRORS: tuple[type[Exception], ...] = (OSError, BotoCoreError)
+
+__all__ = ["STORAGE_ERRORS", "MediaStore", "store_for"]

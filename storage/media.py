@@ -24,7 +24,10 @@ class MediaStore:
                 client["endpoint_url"] = s3_endpoint_url
             options = {
                 "client_kwargs": client,
-                "config_kwargs": {"signature_version": "s3v4"},
+                # Fail in seconds, not minutes, when the server is down: the task retries.
+                "config_kwargs": {"signature_version": "s3v4", "connect_timeout": 5,
+                                  "read_timeout": 60,
+                                  "retries": {"max_attempts": 3, "mode": "standard"}},
                 "skip_instance_cache": True,
                 "use_listings_cache": False,  # another process may have written since
             }

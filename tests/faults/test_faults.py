@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import base_env
+from tests.conftest import S3Server, base_env
 from tests.support import Process, Stack, free_port, narrator, start_stack, wait_for, wait_job
 
 PARAGRAPH = ("The tide came in over the flats before anyone had noticed, and the birds rose "
@@ -120,3 +120,57 @@ def test_redis_restarted_mid_job(tmp_path: Path, database_url: str,
         stack.stop()
     assert len(attempts) == 12
     assert max(attempts) <= 2
+
+
+@pytest.fixture
+def s3_server(tmp_path: Path) -> Iterator[S3Server]:
+    folder = tmp_path / "weed"
+    folder.mkdir()
+    server = S3Server(folder).start()
+    yield server
+    server.stop()
+
+
+def test_s3_down_for_a_few_seconds_mid_job(tmp_path: Path, database_url: str,
+                                           s3_server: S3Server) -> None:
+    env = base_env(tmp_path, database_url, 8) | FAST_REAPER | s3_server.stack_env() | {
+        "NARRATOR_SEGMENT_MAX_ATTEMPTS": "6"}  # backoff 1 + 2 + 4 + 8 + 16 s
+    stack = start_stack(tmp_path / "stack", env)
+    try:
+        with stack.client() as http:
+            job = http.post("/v1/audio/jobs", json=BOOK).json()
+            deadline = time.monotonic() + 90
+            while _done(http, job["id"]) < 2:
+                assert time.monotonic() < deadline, "no progress before the outage"
+                time.sleep(0.05)
+            s3_server.stop()
+            time.sleep(4)
+            s3_server.start()
+            done = wait_job(http, job["id"], timeout=240)
+            assert done["status"] == "completed", (done, stack.worker.output()[-3000:])
+            attempts = _attempts(http, done)
+            audio = httpx.get(done["result"]["url"])
+    finally:
+        stack.stop()
+    assert len(attempts) == 12  # every segment, in order, in the result
+    assert audio.status_code == 200
+    assert len(audio.content) == done["result"]["bytes"]
+
+
+def test_s3_down_for_good_fails_the_job_and_never_completes_it(
+        tmp_path: Path, database_url: str, s3_server: S3Server) -> None:
+    env = base_env(tmp_path, database_url, 8) | FAST_REAPER | s3_server.stack_env() | {
+        "NARRATOR_SEGMENT_MAX_ATTEMPTS": "2",  # the task's own retries, not the reaper's:
+        "NARRATOR_SEGMENT_STALE_SECONDS": "120"}  # the worker is alive, storage is not
+    stack = start_stack(tmp_path / "stack", env)
+    try:
+        with stack.client() as http:
+            s3_server.stop()
+            job = http.post("/v1/audio/jobs", json={"input": "Nowhere to put this."}).json()
+            failed = wait_job(http, job["id"], timeout=120)
+    finally:
+        stack.stop()
+    assert failed["status"] == "failed", failed
+    assert failed["result"] is None
+    assert failed["error"]["code"] == "segment_failed"
+    assert "failed 2 times" in failed["error"]["message"]
