@@ -4,9 +4,11 @@ Each test counts from the manifest's per-segment `attempts`: a segment runs agai
 its worker died while running it.
 """
 
+import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,3 +176,55 @@ def test_s3_down_for_good_fails_the_job_and_never_completes_it(
     assert failed["result"] is None
     assert failed["error"]["code"] == "segment_failed"
     assert "failed 2 times" in failed["error"]["message"]
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[tuple[str, list[str]]]:
+    """A private Postgres cluster (as the postgres user) that the test may restart."""
+    bindirs = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    runuser = shutil.which("runuser")
+    if not bindirs or runuser is None or os.geteuid() != 0:
+        pytest.skip("needs Debian's postgresql binaries and root, to run a private cluster")
+    bindir = bindirs[-1].parent
+    data = Path(tempfile.mkdtemp(prefix="narrator-pg-"))
+    shutil.chown(data, "postgres", "postgres")
+    as_postgres = [runuser, "-u", "postgres", "--"]
+    subprocess.run([*as_postgres, str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
+                    "-A", "trust"], check=True, capture_output=True)
+    port = free_port()
+    ctl = [*as_postgres, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(data / "log"),
+           "-w", "-o", f"-p {port} -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off"]
+    subprocess.run([*ctl, "start"], check=True, capture_output=True)
+    yield f"postgresql://postgres@127.0.0.1:{port}/postgres", ctl
+    subprocess.run([*ctl, "-m", "immediate", "stop"], capture_output=True, check=False)
+    shutil.rmtree(data, ignore_errors=True)
+
+
+def test_postgres_restarted_mid_job(tmp_path: Path,
+                                    own_postgres: tuple[str, list[str]]) -> None:
+    from migrations import upgrade
+
+    url, ctl = own_postgres
+    upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    env = base_env(tmp_path, url, 7) | FAST_REAPER
+    stack = start_stack(tmp_path / "stack", env)
+    try:
+        with stack.client() as http:
+            job = http.post("/v1/audio/jobs", json=BOOK).json()
+            deadline = time.monotonic() + 90
+            while _done(http, job["id"]) < 2:
+                assert time.monotonic() < deadline, "no progress before the restart"
+                time.sleep(0.05)
+            subprocess.run([*ctl, "-m", "fast", "stop"], check=True, capture_output=True)
+            down = http.get(f"/v1/audio/jobs/{job['id']}")
+            assert down.status_code == 503  # not a 500
+            assert "retry-after" in down.headers
+            time.sleep(3)
+            subprocess.run([*ctl, "start"], check=True, capture_output=True)
+            done = wait_job(http, job["id"], timeout=240)
+            assert done["status"] == "completed", (done, stack.worker.output()[-3000:])
+            attempts = _attempts(http, done)
+    finally:
+        stack.stop()
+    assert len(attempts) == 12
+    assert max(attempts) <= 2
