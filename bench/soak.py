@@ -1,0 +1,165 @@
+"""Soak: many short jobs through `narrator api` and `narrator worker` on Postgres and Redis.
+
+Submits --jobs one-sentence jobs from --clients threads (loopback only), waits until every
+one has ended, and samples the resident memory of the API and the worker process every
+second. Reports jobs lost (not completed; must be 0), throughput, and each process's memory
+slope after warm-up (the first --warmup fraction of the run is left out): the least-squares
+slope over the rest, as % of the mean per 1,000 jobs. Target: within +-5 %.
+
+    python -m bench.soak [--jobs 10000] [--clients 8]
+        [--database-url postgresql://postgres@127.0.0.1:5432/postgres]
+        [--redis-url redis://127.0.0.1:6379/5]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import free_port, save, table
+
+
+def rss_mib(pid: int) -> float:
+    """Return the resident memory of a process (Linux /proc), 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
+def slope_percent(samples: list[tuple[float, float]], jobs_at: list[tuple[float, int]]) -> float:
+    """Least-squares slope of memory against jobs done, in % of the mean per 1,000 jobs."""
+    done = [next((n for t, n in reversed(jobs_at) if t <= when), 0) for when, _ in samples]
+    xs, ys = done, [mib for _, mib in samples]
+    if len(set(xs)) < 2:
+        return 0.0
+    slope = statistics.linear_regression(xs, ys).slope
+    return 100 * slope * 1000 / statistics.fmean(ys)
+
+
+def main() -> None:
+    """Run the soak and print its table."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--warmup", type=float, default=0.2)
+    parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
+    args = parser.parse_args()
+
+    import redis
+    from sqlalchemy import create_engine, text
+
+    from migrations import upgrade
+
+    name = f"narrator_soak_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(args.database_url.replace("postgresql://", "postgresql+psycopg://"),
+                          isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    database = args.database_url.rsplit("/", 1)[0] + f"/{name}"
+    upgrade(database.replace("postgresql://", "postgresql+psycopg://", 1))
+    redis.Redis.from_url(args.redis_url).flushdb()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    tmp = Path(tempfile.mkdtemp(prefix="narrator-soak-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
+        "NARRATOR_DATA_DIR": str(tmp), "NARRATOR_DATABASE_URL": database,
+        "NARRATOR_BROKER_URL": args.redis_url, "NARRATOR_LOG_LEVEL": "WARNING",
+        "NARRATOR_LOG_JSON": "1", "NARRATOR_PUBLIC_API_URL": url}
+    command = [sys.executable, "-P", "-m", "narrator"]
+    logs = [open(tmp / f"{n}.log", "wb") for n in ("api", "worker")]  # noqa: SIM115
+    api = subprocess.Popen([*command, "api", "--port", str(port)], env=env, stdout=logs[0],
+                           stderr=logs[0], start_new_session=True)
+    worker = subprocess.Popen([*command, "worker", "--loglevel", "WARNING"], env=env,
+                              stdout=logs[1], stderr=logs[1], start_new_session=True)
+    samples: dict[str, list[tuple[float, float]]] = {"api": [], "worker": []}
+    jobs_at: list[tuple[float, int]] = []
+    stop = threading.Event()
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz").json().get("workers", {}).get("ready"):
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the platform did not become ready")
+            time.sleep(0.5)
+
+        def sample() -> None:
+            while not stop.wait(1.0):
+                now = time.monotonic()
+                samples["api"].append((now, rss_mib(api.pid)))
+                samples["worker"].append((now, rss_mib(worker.pid)))
+
+        threading.Thread(target=sample, daemon=True).start()
+        start = time.monotonic()
+        with httpx.Client(base_url=url, timeout=60) as http, \
+                ThreadPoolExecutor(args.clients) as pool:
+            ids = list(pool.map(lambda n: http.post("/v1/audio/jobs", json={
+                "input": f"Soak job number {n}.", "response_format": "wav"}).json()["id"],
+                range(args.jobs)))
+            submitted = time.monotonic() - start
+            pending, statuses = set(ids), {}
+            while pending:
+                for job_id in list(pending):
+                    job = http.get(f"/v1/audio/jobs/{job_id}").json()
+                    if job["status"] in ("completed", "failed", "cancelled"):
+                        statuses[job_id] = job["status"]
+                        pending.discard(job_id)
+                jobs_at.append((time.monotonic(), len(statuses)))
+                if time.monotonic() - start > 6 * 3600:
+                    break
+                time.sleep(0.5)
+        wall = time.monotonic() - start
+    finally:
+        stop.set()
+        for process in (api, worker):
+            process.terminate()
+            process.wait(30)
+        for log in logs:
+            log.close()
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    completed = sum(1 for s in statuses.values() if s == "completed")
+    lost = args.jobs - completed
+    cut = start + args.warmup * wall
+    rows, memory = [], {}
+    for name_, points in samples.items():
+        steady = [(t, m) for t, m in points if t >= cut]
+        values = [m for _, m in steady] or [0.0]
+        memory[name_] = {"first_mib": values[0], "last_mib": values[-1],
+                         "max_mib": max(values),
+                         "slope_pct_per_1000_jobs": slope_percent(steady, jobs_at)}
+        rows.append([name_, f"{values[0]:.0f}", f"{values[-1]:.0f}", f"{max(values):.0f}",
+                     f"{memory[name_]['slope_pct_per_1000_jobs']:+.2f}"])
+    print(f"{args.jobs} jobs from {args.clients} clients: {completed} completed, {lost} lost; "
+          f"submitted in {submitted:.1f} s, all ended after {wall:.1f} s "
+          f"({args.jobs / wall:.1f} jobs/s end to end)")
+    print(table(["process", "RSS after warm-up MiB", "RSS at end MiB", "max MiB",
+                 "slope % per 1,000 jobs"], rows))
+    result: dict[str, Any] = {"jobs": args.jobs, "clients": args.clients,
+                              "completed": completed, "lost": lost, "wall_s": wall,
+                              "submit_s": submitted, "memory": memory,
+                              "samples": {k: [(round(t - start, 1), round(m, 1)) for t, m in v]
+                                          for k, v in samples.items()}}
+    save("soak", result)
+
+
+if __name__ == "__main__":
+    main()
