@@ -69,6 +69,21 @@ def database_url() -> Iterator[str]:
     drop_database(name)
 
 
+@contextlib.contextmanager
+def fresh_database() -> Iterator[str]:
+    """A migrated database of its own, for a stack whose reaper must not see other tests'
+    jobs: every worker's reaper acts on the whole database, with its own media store."""
+    from migrations import upgrade
+
+    name = f"narrator_test_{uuid.uuid4().hex[:8]}"
+    url = make_database(name)
+    upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        yield url
+    finally:
+        drop_database(name)
+
+
 @pytest.fixture(scope="session")
 def db(database_url: str) -> Iterator[Engine]:
     """A synchronous engine on the session's database, for assertions."""

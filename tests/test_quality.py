@@ -6,6 +6,7 @@ from collections.abc import Iterator
 import numpy as np
 from sqlalchemy import Engine, text
 
+from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from workers import quality
 from workers.engines import Audio, SpeechRequest
 from workers.engines.catalog import catalog

@@ -4,6 +4,8 @@ import uuid
 
 from sqlalchemy import Engine, text
 
+from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
+
 Sent = list[tuple[str, str, str, float]]
 
 

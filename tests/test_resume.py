@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import create_engine, text
 
 from tests.conftest import base_env
 from tests.support import (
@@ -29,19 +29,20 @@ PARAGRAPH = ("The keeper counted the ships that passed the rocks each night, and
 
 
 @pytest.fixture(scope="module")
-def fragile(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Stack]:
+def fragile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     import redis
 
-    from tests.conftest import redis_url
+    from tests.conftest import fresh_database, redis_url
 
     redis.Redis.from_url(redis_url(14)).flushdb()
     tmp = tmp_path_factory.mktemp("fragile")
-    env = base_env(tmp, database_url, 14) | {"NARRATOR_SEGMENT_STALE_SECONDS": "6",
-                                             "NARRATOR_REAPER_INTERVAL_SECONDS": "1",
-                                             "NARRATOR_RESULT_TTL_HOURS": "0.002"}  # 7.2 s
-    stack = start_stack(tmp, env)
-    yield stack
-    stack.stop()
+    with fresh_database() as database_url:
+        env = base_env(tmp, database_url, 14) | {"NARRATOR_SEGMENT_STALE_SECONDS": "6",
+                                                 "NARRATOR_REAPER_INTERVAL_SECONDS": "1",
+                                                 "NARRATOR_RESULT_TTL_HOURS": "0.002"}  # 7.2 s
+        stack = start_stack(tmp, env)
+        yield stack
+        stack.stop()
 
 
 def test_sigkilled_worker_costs_at_most_its_in_flight_segment(fragile: Stack) -> None:
@@ -68,8 +69,7 @@ def test_sigkilled_worker_costs_at_most_its_in_flight_segment(fragile: Stack) ->
     assert max(attempts) <= 2
 
 
-def test_sigterm_finishes_the_segment_in_flight_and_loses_nothing(fragile: Stack,
-                                                                  db: Engine) -> None:
+def test_sigterm_finishes_the_segment_in_flight_and_loses_nothing(fragile: Stack) -> None:
     body = {"input": "\n\n".join([PARAGRAPH] * 10), "response_format": "wav"}
     with fragile.client() as http:
         job = http.post("/v1/audio/jobs", json=body).json()
@@ -81,10 +81,13 @@ def test_sigterm_finishes_the_segment_in_flight_and_loses_nothing(fragile: Stack
         worker.stop(signal.SIGTERM, timeout=60)  # a warm shutdown: no SIGKILL needed
         assert worker.popen is not None
         assert worker.popen.returncode == 0, worker.output()[-2000:]
+        db = create_engine(fragile.env["NARRATOR_DATABASE_URL"].replace(
+            "postgresql://", "postgresql+psycopg://", 1))
         with db.connect() as connection:
             running = connection.execute(text(
                 "SELECT count(*) FROM segments WHERE job_id = :id AND status = 'running'"),
                 {"id": _uuid(job["id"])}).scalar_one()
+        db.dispose()
         assert running == 0  # the segment in flight was finished, not orphaned
         restarted = Process(narrator("worker"), fragile.env,
                             worker.log.with_name("worker3.log")).start()

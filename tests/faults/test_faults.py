@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import S3Server, base_env
+from tests.conftest import S3Server, base_env, fresh_database
 from tests.support import Process, Stack, free_port, narrator, start_stack, wait_for, wait_job
 
 PARAGRAPH = ("The tide came in over the flats before anyone had noticed, and the birds rose "
@@ -40,6 +40,13 @@ def _restart_worker(stack: Stack, name: str) -> None:
 def _attempts(http: httpx.Client, job: dict[str, Any]) -> list[int]:
     manifest = http.get(job["result"]["manifest_url"]).json()
     return [s["attempts"] for s in manifest["segments"]]
+
+
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    """Each fault test on a database of its own: its fast reaper sees only its jobs."""
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.fixture
