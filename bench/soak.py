@@ -12,6 +12,7 @@ slope over the rest, as % of the mean per 1,000 jobs. Target: within +-5 %.
 """
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -91,11 +92,9 @@ def main() -> None:
     try:
         deadline = time.monotonic() + 120
         while True:
-            try:
+            with contextlib.suppress(httpx.HTTPError, ValueError):  # not up yet
                 if httpx.get(f"{url}/readyz").json().get("workers", {}).get("ready"):
                     break
-            except (httpx.HTTPError, ValueError):
-                pass
             if time.monotonic() > deadline:
                 raise RuntimeError("the platform did not become ready")
             time.sleep(0.5)
