@@ -138,3 +138,16 @@ def wait_job(client: httpx.Client, job_id: str, timeout: float = 120,
         if time.monotonic() > deadline:
             raise AssertionError(f"job did not reach {until}: {job}")
         time.sleep(0.1)
+
+
+def wait_segments(client: httpx.Client, job_id: str, at_least: int, timeout: float = 90,
+                  what: str = "progress") -> int:
+    """Poll a job until at least `at_least` segments are done; return how many are."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = int(client.get(f"/v1/audio/jobs/{job_id}").json()["segments"]["done"])
+        if done >= at_least:
+            return done
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what}: {done} of {at_least} segments after {timeout} s")
+        time.sleep(0.05)

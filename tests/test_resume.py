@@ -22,6 +22,7 @@ from tests.support import (
     start_stack,
     wait_for,
     wait_job,
+    wait_segments,
 )
 
 PARAGRAPH = ("The keeper counted the ships that passed the rocks each night, and wrote their "
@@ -49,10 +50,7 @@ def test_sigkilled_worker_costs_at_most_its_in_flight_segment(fragile: Stack) ->
     body = {"input": "\n\n".join([PARAGRAPH] * 10), "response_format": "wav"}
     with fragile.client() as http:
         job = http.post("/v1/audio/jobs", json=body).json()
-        deadline = time.monotonic() + 60
-        while http.get(f"/v1/audio/jobs/{job['id']}").json()["segments"]["done"] < 2:
-            assert time.monotonic() < deadline, "no progress before the kill"
-            time.sleep(0.05)
+        wait_segments(http, job["id"], 2, timeout=60, what="progress before the kill")
         fragile.worker.stop(signal.SIGKILL)
         killed_at = http.get(f"/v1/audio/jobs/{job['id']}").json()
         assert killed_at["status"] == "in_progress"
@@ -73,10 +71,7 @@ def test_sigterm_finishes_the_segment_in_flight_and_loses_nothing(fragile: Stack
     body = {"input": "\n\n".join([PARAGRAPH] * 10), "response_format": "wav"}
     with fragile.client() as http:
         job = http.post("/v1/audio/jobs", json=body).json()
-        deadline = time.monotonic() + 60
-        while http.get(f"/v1/audio/jobs/{job['id']}").json()["segments"]["done"] < 2:
-            assert time.monotonic() < deadline, "no progress before the SIGTERM"
-            time.sleep(0.05)
+        wait_segments(http, job["id"], 2, timeout=60, what="progress before the SIGTERM")
         worker = fragile.worker
         worker.stop(signal.SIGTERM, timeout=60)  # a warm shutdown: no SIGKILL needed
         assert worker.popen is not None
