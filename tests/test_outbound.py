@@ -60,3 +60,59 @@ def test_a_refused_webhook_url_is_a_400_and_nothing_is_stored(local_stack: Stack
     assert error["param"] == "webhook_url"
     assert error["code"] == "webhook_url_refused"
     assert count_jobs(db) == before
+
+
+def test_a_delivery_connects_to_the_address_it_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS rebinding: the name answers 127.0.0.1 (allowed) to the check, then a refused
+    address; the delivery still goes to 127.0.0.1, with the original Host header."""
+    import http.server
+    import socket
+    import threading
+
+    from workers import webhooks
+    from workers.settings import get_settings
+
+    seen: list[str] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.headers["Host"])
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.1"])
+
+    def rebinding(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "rebind.test":  # first the allowed address, then a refused one
+            host = next(answers, "10.255.255.1")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    monkeypatch.setenv("NARRATOR_OUTBOUND_ALLOW", "127.0.0.1/32")
+    get_settings.cache_clear()
+    port = server.server_address[1]
+    try:
+        assert webhooks.deliver(f"http://rebind.test:{port}/hook", b"{}") == 204
+        with pytest.raises(outbound.RefusedURL, match=r"10\.255\.255\.1"):
+            webhooks.deliver(f"http://rebind.test:{port}/hook", b"{}")
+    finally:
+        server.shutdown()
+        server.server_close()
+        get_settings.cache_clear()
+    assert seen == [f"rebind.test:{port}"]
+
+
+def test_pinned_keeps_the_host_name_for_tls_and_the_host_header() -> None:
+    url, headers, extensions = outbound.pinned("https://user:pw@hooks.example:8443/a?b=1",
+                                               "2606:2800:220:1::1")
+    assert url == "https://user:pw@[2606:2800:220:1::1]:8443/a?b=1"
+    assert headers == {"Host": "hooks.example:8443"}
+    assert extensions == {"sni_hostname": "hooks.example"}
+    assert outbound.pinned("http://hooks.internal/x", None) == ("http://hooks.internal/x", {}, {})

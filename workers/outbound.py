@@ -4,14 +4,16 @@ A user-supplied URL must be http(s), and every address its host resolves to must
 loopback, private (RFC 1918, ULA), link-local (cloud metadata at 169.254.169.254),
 carrier-grade NAT, multicast, reserved and unspecified addresses are refused, unless they
 are inside a network or host named in NARRATOR_OUTBOUND_ALLOW. The API checks at submit and
-the worker checks again just before each delivery (the name may resolve elsewhere by then);
+the worker checks again just before each delivery (the name may resolve elsewhere by then).
+A delivery then connects to the very address that was checked (`pinned`), so a DNS answer
+that changes between the check and the connection (DNS rebinding) cannot lead it elsewhere;
 deliveries never follow redirects.
 """
 
 import ipaddress
 import socket
 from functools import lru_cache
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -43,8 +45,11 @@ def _public(address: Address) -> bool:
                 or address in _CGNAT)
 
 
-def check(url: str, allow: str = "") -> None:
-    """Raise RefusedURL unless `url` may be called; `allow`: NARRATOR_OUTBOUND_ALLOW."""
+def check(url: str, allow: str = "") -> str | None:
+    """Raise RefusedURL unless `url` may be called; `allow`: NARRATOR_OUTBOUND_ALLOW.
+
+    Returns the checked address to connect to, or None for a host allow-listed by name.
+    """
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise RefusedURL("must be an http or https URL")
@@ -56,7 +61,7 @@ def check(url: str, allow: str = "") -> None:
         raise RefusedURL("has no host")
     hosts, networks = _allowed(allow)
     if host.lower() in hosts:
-        return
+        return None
     try:
         infos = socket.getaddrinfo(host, port or (443 if parts.scheme == "https" else 80),
                                    type=socket.SOCK_STREAM)
@@ -67,3 +72,21 @@ def check(url: str, allow: str = "") -> None:
         if not _public(address) and not any(address in n for n in networks):
             raise RefusedURL(f"host {host!r} resolves to {address}, a private, loopback or "
                              "link-local address (allow it with NARRATOR_OUTBOUND_ALLOW)")
+    return str(infos[0][4][0]).split("%", 1)[0]
+
+
+def pinned(url: str, address: str | None) -> tuple[str, dict[str, str], dict[str, str]]:
+    """Return `url` aimed at `address`, with the Host header and TLS name of the original.
+
+    The result is (url, headers, httpx request extensions); certificates are still checked
+    against the original host name (the `sni_hostname` extension).
+    """
+    parts = urlsplit(url)
+    if address is None or parts.hostname is None:
+        return url, {}, {}
+    host = f"[{address}]" if ":" in address else address
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    netloc = (f"{userinfo}@" if userinfo else "") + host + (
+        f":{parts.port}" if parts.port else "")
+    extensions = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
+    return urlunsplit(parts._replace(netloc=netloc)), {"Host": hostport}, extensions

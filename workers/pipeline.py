@@ -187,6 +187,16 @@ def release(segment_id: uuid.UUID, error: str, max_attempts: int) -> bool:
     return retry
 
 
+def fail_assembly(job_id: uuid.UUID, error: str, attempts: int) -> bool:
+    """Fail a job whose assembly could not reach storage `attempts` times; True if it did."""
+    with session_scope() as session:
+        return transition(session, job_id, [JobStatus.in_progress], JobStatus.failed,
+                          completed_at=utcnow(), error={
+                              "code": "assembly_failed",
+                              "message": f"storage was unreachable {attempts} times while "
+                                         f"assembling the result: {error[:500]}"}) is not None
+
+
 def job_of(segment_id: uuid.UUID) -> uuid.UUID | None:
     """Return the job a segment belongs to."""
     with session_scope() as session:

@@ -123,11 +123,26 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         assemble.apply_async((str(job_id),), queue=BATCH)
 
 
-@celery_app.task(name="narrator.assemble", autoretry_for=STORAGE_ERRORS, retry_backoff=True,
-                 max_retries=8)
-def assemble(job_id: str) -> None:
-    """Assemble a job whose segments are all done; storage errors are retried with backoff."""
-    if pipeline.assemble(uuid.UUID(job_id)):
+@celery_app.task(name="narrator.assemble", bind=True)
+def assemble(self: Task[Any, Any], job_id: str) -> None:
+    """Assemble a job whose segments are all done.
+
+    Storage errors are retried after RETRY_BACKOFF_SECONDS, doubling; after
+    ASSEMBLY_MAX_ATTEMPTS the job fails (its parts stay until it is deleted).
+    """
+    try:
+        completed = pipeline.assemble(uuid.UUID(job_id))
+    except STORAGE_ERRORS as exc:
+        settings = get_settings()
+        attempt = self.request.retries + 1
+        log.warning("assembly.storage_failed", job_id=job_id, attempt=attempt, error=repr(exc))
+        if attempt < settings.assembly_max_attempts:
+            raise self.retry(countdown=reaper.backoff(attempt, settings.retry_backoff_seconds),
+                             max_retries=None, exc=exc) from exc
+        if pipeline.fail_assembly(uuid.UUID(job_id), repr(exc), attempt):
+            notify.apply_async((job_id,), queue=BATCH)
+        return
+    if completed:
         notify.apply_async((job_id,), queue=BATCH)
 
 

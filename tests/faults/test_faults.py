@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import S3Server, base_env, fresh_database
+from tests.conftest import S3_BUCKET, S3Server, base_env, fresh_database
 from tests.support import (
     Process,
     Stack,
@@ -183,6 +183,31 @@ def test_s3_down_for_good_fails_the_job_and_never_completes_it(
     assert failed["result"] is None
     assert failed["error"]["code"] == "segment_failed"
     assert "failed 2 times" in failed["error"]["message"]
+
+
+def test_s3_gone_at_assembly_fails_the_job_after_its_retries(
+        tmp_path: Path, database_url: str, s3_server: S3Server) -> None:
+    """Parts go to local media, the result to an S3 output_url that is down: every segment
+    is done, assembly retries with backoff, then the job fails; nothing is completed."""
+    env = base_env(tmp_path, database_url, 8) | FAST_REAPER | s3_server.stack_env() | {
+        "NARRATOR_STORAGE_URL": "",  # parts and the default store: the local media folder
+        "NARRATOR_OUTPUT_URL_PREFIXES": f"s3://{S3_BUCKET}/out/",
+        "NARRATOR_ASSEMBLY_MAX_ATTEMPTS": "3", "NARRATOR_SEGMENT_STALE_SECONDS": "120"}
+    stack = start_stack(tmp_path / "stack", env)
+    try:
+        with stack.client() as http:
+            s3_server.stop()
+            job = http.post("/v1/audio/jobs", json={
+                "input": "Done, but nowhere to deliver.",
+                "output_url": f"s3://{S3_BUCKET}/out/gone"}).json()
+            failed = wait_job(http, job["id"], timeout=120)
+    finally:
+        stack.stop()
+    assert failed["status"] == "failed", failed
+    assert failed["result"] is None
+    assert failed["segments"]["done"] == failed["segments"]["total"]
+    assert failed["error"]["code"] == "assembly_failed"
+    assert "unreachable 3 times" in failed["error"]["message"]
 
 
 @pytest.fixture
