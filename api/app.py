@@ -8,7 +8,8 @@ from fastapi import FastAPI
 from api import errors
 from api.catalogue import Catalogue
 from api.limits import RateLimiter
-from api.routes import catalog, health, jobs, speech, voices
+from api.observability import Observability
+from api.routes import catalog, health, jobs, metrics, speech, voices
 from api.settings import ApiSettings, get_settings
 from api.state import KeyTable, State
 from models.db import async_session_factory, make_async_engine
@@ -41,6 +42,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app = FastAPI(title="Narrator", version="0.1.0", lifespan=lifespan,
                   default_response_class=errors.Json)
     errors.install(app)
-    for router in (speech.router, jobs.router, voices.router, catalog.router, health.router):
+    for router in (speech.router, jobs.router, voices.router, catalog.router, health.router,
+                   metrics.router):
         app.include_router(router)
+    app.add_middleware(Observability)
     return app

@@ -2,7 +2,7 @@
 
 import base64
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -36,6 +36,17 @@ async def first_frame(frames: AsyncIterator[Message], waited: float) -> Message:
     if message.kind == "error":
         raise engine_error(message)
     return message
+
+
+async def on_first_audio(frames: AsyncIterator[Message],
+                         call: Callable[[], object]) -> AsyncIterator[Message]:
+    """Pass `frames` through, calling `call` when the first audio chunk arrives."""
+    waiting = True
+    async for message in frames:
+        if waiting and message.kind == "data":
+            call()
+            waiting = False
+        yield message
 
 
 async def pcm_body(frames: AsyncIterator[Message], head: bytes) -> AsyncIterator[bytes]:

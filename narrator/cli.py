@@ -99,10 +99,27 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id from `narrato
     typer.echo(f"revoked {key_id}")
 
 
+def _share_metrics() -> None:
+    """Give this process and its children one fresh folder for Prometheus values."""
+    import shutil
+
+    from workers.settings import get_settings
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    folder = get_settings().data_dir.resolve() / "metrics"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+
+
 @cli.command()
 def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
     """Run the HTTP API."""
     import uvicorn
+
+    if workers > 1:
+        _share_metrics()  # each worker process writes its own; /metrics adds them up
 
     # app_dir: the installed packages, not the working directory (a ./models folder
     # there must not shadow ours).
@@ -142,6 +159,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
     """Run everything in one command: migrate, a worker and the API (embedded defaults)."""
     from migrations import upgrade
 
+    _share_metrics()  # the API's /metrics shows the worker's too
     upgrade()
     # -P: keep the working directory off sys.path in the child too.
     child = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "worker"],

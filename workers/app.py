@@ -45,6 +45,29 @@ def broker_options(settings: WorkerSettings) -> tuple[str, dict[str, Any]]:
     }
 
 
+def queue_depths(settings: WorkerSettings) -> dict[str, int]:
+    """Return how many messages wait in each Narrator queue of the broker."""
+    if settings.embedded_broker:  # one file per message: <ms>_<uuid>.<queue>.msg
+        depths: dict[str, int] = {}
+        folder = settings.broker_dir / "queue"
+        for path in folder.glob("*.msg") if folder.is_dir() else ():
+            queue = path.name.split(".", 1)[1].removesuffix(".msg")
+            depths[queue] = depths.get(queue, 0) + 1
+        return depths
+    import redis
+
+    client = redis.Redis.from_url(settings.broker_url, socket_timeout=2)
+    try:
+        names = sorted({key.decode() for pattern in (f"{REALTIME}.*", f"{BATCH}*")
+                        for key in client.scan_iter(match=pattern, _type="list")})
+        pipe = client.pipeline()
+        for name in names:
+            pipe.llen(name)
+        return dict(zip(names, pipe.execute(), strict=True))
+    finally:
+        client.close()
+
+
 def make_app(settings: WorkerSettings | None = None) -> Celery:
     """Create the Celery app; tasks are sent by name, so the API never imports them."""
     settings = settings or get_settings()

@@ -5,6 +5,7 @@ Every function re-reads its rows and is safe to run twice.
 """
 
 import math
+import time
 import uuid
 from dataclasses import replace
 from datetime import timedelta
@@ -17,6 +18,7 @@ from sqlalchemy.orm import defer
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
 from models.transitions import transition
+from narrator import metrics
 from storage import store_for
 from workers import assembly, quality
 from workers.engines import Audio, Engine, SpeechRequest, get_engine
@@ -84,7 +86,10 @@ def _guarded(engine: Engine, request: SpeechRequest, rate: float,
     for attempt in range(retries + 1):
         if attempt:
             request = replace(request, seed=(request.seed or 0) + attempt)
+        started = time.perf_counter()
         audio = engine.synthesize([request])[0]
+        metrics.observe_synthesis(engine.info.id, time.perf_counter() - started,
+                                  len(audio) / engine.sample_rate, "job")
         verdict = quality.check(len(request.text), len(audio) / engine.sample_rate, rate)
         if verdict is None:
             break
@@ -119,6 +124,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
         if claimed is None:
             return None
         job_id, index, text = claimed
+        structlog.contextvars.bind_contextvars(job_id=str(job_id), segment=index)
         # Not the book's text: only the planner reads it.
         job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
         assert job is not None
@@ -154,7 +160,8 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
                     audio_seconds=Job.audio_seconds + seconds, updated_at=utcnow())
             .returning(Job.segments_done, Job.segments_total, Job.status)
         ).one()
-    log.info("segment.done", job_id=str(job_id), segment=index, seconds=round(seconds, 3))
+    metrics.segments.labels(engine.info.id).inc()
+    log.info("segment.done", seconds=round(seconds, 3))
     return job_id if done >= total and status == JobStatus.in_progress else None
 
 

@@ -32,6 +32,7 @@ class WorkerSettings(BaseSettings):
     sync_timeout_seconds: float = 120.0
     webhook_secret: str = ""
     outbound_allow: str = ""  # private networks or hosts webhooks may call (CIDRs, names)
+    metrics_port: int = 0  # a worker serves /metrics here (0: only through the API's)
     public_api_url: str = "http://127.0.0.1:8000"  # base of API URLs in webhook payloads
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
     vllm_deploy_config: str = ""

@@ -1,9 +1,11 @@
 """The sync path on the worker side: speak one request and answer on its channel."""
 
+import time
 from typing import Any
 
 import structlog
 
+from narrator import metrics
 from workers.audio import CONTENT_TYPES, encode, to_pcm16
 from workers.channel import Message, channel_for
 from workers.engines import SpeechRequest, get_engine
@@ -30,6 +32,7 @@ def stream(payload: dict[str, Any]) -> None:
     request_id = payload["request_id"]
     channel = channel_for(get_settings())
     samples = 0
+    started = time.perf_counter()
     try:
         engine = get_engine()
         channel.publish(request_id, Message("meta", {"sample_rate": engine.sample_rate}))
@@ -41,6 +44,7 @@ def stream(payload: dict[str, Any]) -> None:
         channel.publish(request_id, Message("error", {"message": str(exc)[:500]}))
         return
     seconds = samples / engine.sample_rate
+    metrics.observe_synthesis(engine.info.id, time.perf_counter() - started, seconds, "sync")
     channel.publish(request_id, Message("end", {"duration": seconds}))
     log.info("speech.streamed", request_id=request_id, seconds=round(seconds, 3))
 
@@ -54,7 +58,10 @@ def speak(payload: dict[str, Any]) -> None:
     channel = channel_for(get_settings())
     try:
         engine = get_engine()
+        started = time.perf_counter()
         audio = engine.synthesize([_request(payload)])[0]
+        metrics.observe_synthesis(engine.info.id, time.perf_counter() - started,
+                                  len(audio) / engine.sample_rate, "sync")
         fmt = payload["response_format"]
         data = encode(audio, engine.sample_rate, fmt)
     except Exception as exc:

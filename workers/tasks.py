@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import structlog
 from celery import Task
-from celery.signals import worker_init, worker_shutdown
+from celery.signals import task_postrun, task_prerun, worker_init, worker_shutdown
 
+from narrator import metrics
 from storage import STORAGE_ERRORS
 from workers import outbound, pipeline, reaper, speech, webhooks
 from workers.app import BATCH, celery_app, model_queues
@@ -48,6 +49,23 @@ class _Presence:
 
 
 _presence: _Presence | None = None
+_busy: metrics.BusyMeter | None = None
+
+
+@task_prerun.connect
+def _task_started(task_id: str, task: Task[Any, Any], **_: Any) -> None:
+    """Every log line of a task carries its name and id (segments add job_id and segment)."""
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(task=task.name, task_id=task_id)
+    if _busy is not None:
+        _busy.begin()
+
+
+@task_postrun.connect
+def _task_ended(**_: Any) -> None:
+    if _busy is not None:
+        _busy.end()
+    structlog.contextvars.clear_contextvars()
 
 
 @worker_init.connect
@@ -56,8 +74,12 @@ def _warm_engine(**_: Any) -> None:
 
     The worker consumes nothing until this returns, so no segment waits on a cold engine.
     """
-    global _presence
+    global _presence, _busy
     _presence = _Presence()
+    _busy = metrics.BusyMeter(_presence.id)
+    _busy.start()
+    if get_settings().metrics_port:
+        metrics.serve(get_settings().metrics_port)
     _presence.publish()
     threading.Thread(target=_presence.refresh, name="registry", daemon=True).start()
     engine = get_engine()
@@ -76,6 +98,9 @@ def _warm_engine(**_: Any) -> None:
 
 @worker_shutdown.connect
 def _leave(**_: Any) -> None:
+    if _busy is not None:
+        _busy.stop()
+    metrics.process_exited(os.getpid())
     if _presence is not None:
         _presence.stopped.set()
         with contextlib.suppress(Exception):
@@ -95,6 +120,7 @@ def _enqueue(task: str, item_id: str, model: str, countdown: float) -> None:
 @celery_app.task(name="narrator.plan")
 def plan(job_id: str) -> None:
     """Plan a job and enqueue its segments."""
+    structlog.contextvars.bind_contextvars(job_id=job_id)
     model, ids = pipeline.plan(uuid.UUID(job_id))
     if ids == [uuid.UUID(job_id)]:
         assemble.apply_async((job_id,), queue=BATCH)
@@ -130,6 +156,7 @@ def assemble(self: Task[Any, Any], job_id: str) -> None:
     Storage errors are retried after RETRY_BACKOFF_SECONDS, doubling; after
     ASSEMBLY_MAX_ATTEMPTS the job fails (its parts stay until it is deleted).
     """
+    structlog.contextvars.bind_contextvars(job_id=job_id)
     try:
         completed = pipeline.assemble(uuid.UUID(job_id))
     except STORAGE_ERRORS as exc:
@@ -150,6 +177,7 @@ def assemble(self: Task[Any, Any], job_id: str) -> None:
                  retry_backoff_max=600, max_retries=10)
 def notify(job_id: str) -> None:
     """Call the job's webhook; failures are retried with exponential backoff."""
+    structlog.contextvars.bind_contextvars(job_id=job_id)
     try:
         result = webhooks.notify(uuid.UUID(job_id))
     except outbound.RefusedURL as exc:  # now resolves somewhere private: never retried
@@ -162,4 +190,5 @@ def notify(job_id: str) -> None:
 @celery_app.task(name="narrator.speak")
 def speak(payload: dict[str, Any]) -> None:
     """Answer one sync speech request on its channel."""
+    structlog.contextvars.bind_contextvars(request_id=payload.get("request_id"))
     speech.speak(payload)

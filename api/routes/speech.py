@@ -1,8 +1,8 @@
 """`POST /v1/audio/speech`: OpenAI-compatible sync speech through the realtime queue."""
 
-import uuid
+import time
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from api import streaming
@@ -11,6 +11,7 @@ from api.routes.voices import uploaded_voices
 from api.schemas import SpeechBody
 from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve, text_field
+from narrator import metrics
 from workers.app import model_queues
 from workers.channel import ChannelTimeout
 from workers.text import strip_pauses
@@ -20,9 +21,10 @@ router = APIRouter()
 
 @router.post("/v1/audio/speech", response_class=Response,
              responses={200: {"content": {"audio/mpeg": {}}}})
-async def create_speech(body: SpeechBody, state: StateDep, session: SessionDep,
-                        owner: OwnerDep) -> Response:
+async def create_speech(body: SpeechBody, request: Request, state: StateDep,
+                        session: SessionDep, owner: OwnerDep) -> Response:
     """Speak `input` and return the audio bytes."""
+    started = time.perf_counter()
     models = await state.catalogue.models()
     model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
     limit = state.settings.sync_max_chars
@@ -35,7 +37,7 @@ async def create_speech(body: SpeechBody, state: StateDep, session: SessionDep,
                           f"'{body.stream_format}' sends {' or '.join(allowed)}, not "
                           f"'{body.response_format}'", "response_format",
                           "unsupported_parameter")
-    request_id = f"req_{uuid.uuid4().hex}"
+    request_id: str = request.state.request_id  # api.observability: also the channel's name
     payload = {"request_id": request_id, "input": text, "model": model.id, "voice": voice.id,
                "response_format": body.response_format, "speed": body.speed,
                "stream": streamed, **body.extras()}
@@ -46,16 +48,17 @@ async def create_speech(body: SpeechBody, state: StateDep, session: SessionDep,
     except Exception as exc:
         raise unavailable(f"the broker is unreachable: {exc}") from exc
     if streamed:
-        return await _stream(body, state, request_id, len(text))
+        return await _stream(body, state, request_id, len(text), model.id, started)
     try:
         async for message in state.channel.listen(request_id, timeout, timeout):
             if message.kind == "error":
                 raise ApiError(500, f"the engine failed: {message.meta.get('message')}",
                                type="server_error", code="engine_error")
             if message.kind == "end":
+                metrics.first_chunk.labels(model.id, "false").observe(
+                    time.perf_counter() - started)
                 return Response(message.data, media_type=message.meta["content_type"],
-                                headers={"X-Request-Id": request_id,
-                                         "X-Audio-Duration": f"{message.meta['duration']:.3f}",
+                                headers={"X-Audio-Duration": f"{message.meta['duration']:.3f}",
                                          "X-Sample-Rate": str(message.meta["sample_rate"])})
     except ChannelTimeout as exc:
         raise unavailable(f"no worker answered within {timeout:.0f} s; is a worker running "
@@ -63,13 +66,15 @@ async def create_speech(body: SpeechBody, state: StateDep, session: SessionDep,
     raise unavailable("the worker closed the request without audio")
 
 
-async def _stream(body: SpeechBody, state: State, request_id: str,
-                  characters: int) -> StreamingResponse:
+async def _stream(body: SpeechBody, state: State, request_id: str, characters: int,
+                  model: str, started: float) -> StreamingResponse:
     timeout = state.settings.sync_timeout_seconds
     frames = streaming.listen(state.channel, request_id, timeout)
     meta = await streaming.first_frame(frames, timeout)
+    frames = streaming.on_first_audio(frames, lambda: metrics.first_chunk.labels(
+        model, "true").observe(time.perf_counter() - started))
     rate = int(meta.meta["sample_rate"])
-    headers = {"X-Request-Id": request_id, "X-Sample-Rate": str(rate)}
+    headers = {"X-Sample-Rate": str(rate)}
     if body.stream_format == "sse":
         return StreamingResponse(streaming.sse_body(frames, characters),
                                  media_type="text/event-stream", headers=headers)

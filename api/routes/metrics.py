@@ -1,0 +1,51 @@
+"""`/metrics`: Prometheus text format, for this host's processes and the platform's state."""
+
+from collections.abc import Iterable
+
+import anyio
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+from sqlalchemy import func, select
+
+from api.state import StateDep
+from models import Job, JobStatus
+from narrator import metrics
+from workers.app import queue_depths
+from workers.settings import get_settings as worker_settings
+
+router = APIRouter()
+
+
+class _Snapshot(Collector):
+    def __init__(self, families: list[GaugeMetricFamily]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        return self.families
+
+
+@router.get("/metrics", include_in_schema=False)
+async def prometheus(state: StateDep) -> Response:
+    """Counters and histograms of every process on this host, job counts and queue depths."""
+    families = []
+    jobs = GaugeMetricFamily("narrator_jobs", "Jobs by status (deleted ones left out)",
+                             labels=["status"])
+    async with state.sessions() as session:
+        counts = dict((await session.execute(
+            select(Job.status, func.count()).where(Job.deleted_at.is_(None))
+            .group_by(Job.status))).tuples().all())
+    for status in JobStatus:
+        jobs.add_metric([status.value], counts.get(status, 0))
+    families.append(jobs)
+    depth = GaugeMetricFamily("narrator_queue_depth", "Messages waiting in each queue",
+                              labels=["queue"])
+    for queue, waiting in (await anyio.to_thread.run_sync(queue_depths,
+                                                          worker_settings())).items():
+        depth.add_metric([queue], waiting)
+    families.append(depth)
+    registry = CollectorRegistry()
+    registry.register(_Snapshot(families))
+    body = await anyio.to_thread.run_sync(metrics.exposition)
+    return Response(body + generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
