@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import httpx
 import typer
@@ -221,14 +221,7 @@ def submit(file: Path, wait: bool = False,
         typer.echo(job["id"])
         if not wait and output is None:
             return
-        while job["status"] in ("queued", "in_progress"):
-            time.sleep(1)
-            response = client.get(f"/v1/audio/jobs/{job['id']}")
-            _fail(response)
-            job = response.json()
-            typer.echo(f"\r{job['status']} {job['progress']:3d}% "
-                       f"eta {job['eta_seconds'] or '-'} s   ", nl=False, err=True)
-        typer.echo("", err=True)
+        job = _follow(client, job)
         if job["status"] != "completed":
             typer.echo(f"job {job['status']}: {job['error']}", err=True)
             raise typer.Exit(1)
@@ -239,6 +232,34 @@ def submit(file: Path, wait: bool = False,
                     for chunk in stream.iter_bytes():
                         f.write(chunk)
             typer.echo(f"{output}: {job['result']['duration_seconds']:.1f} s")
+
+
+def _follow(client: httpx.Client, job: dict[str, Any]) -> dict[str, Any]:
+    """Poll a job until it ends, drawing a progress bar with the server's ETA on stderr."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+    def eta(seconds: float | None) -> str:
+        if seconds is None:
+            return "eta -"
+        minutes, secs = divmod(int(seconds), 60)
+        return f"eta {minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+    columns = (TextColumn("{task.description:<11}"), BarColumn(), TaskProgressColumn(),
+               TextColumn("{task.fields[segments]}"), TextColumn("{task.fields[eta]}"))
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(job["status"], total=100, segments="", eta=eta(None))
+        while True:
+            segments = job.get("segments") or {}
+            bar.update(task, completed=job["progress"], description=job["status"],
+                       segments=f"{segments.get('done', 0)}/{segments.get('total', 0)} segments",
+                       eta=eta(job.get("eta_seconds")))
+            if job["status"] not in ("queued", "in_progress"):
+                return job
+            time.sleep(1)
+            response = client.get(f"/v1/audio/jobs/{job['id']}")
+            _fail(response)
+            job = response.json()
 
 
 def main() -> None:

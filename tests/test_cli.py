@@ -27,6 +27,10 @@ def test_submit_waits_and_downloads(local_stack: Stack, tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("job_")
+    bar = [line for line in done.stderr.splitlines() if "segments" in line][-1]  # its end
+    assert "completed" in bar
+    assert "100%" in bar
+    assert "2/2 segments" in bar
     seconds, _ = audio_stats(out.read_bytes(), "mp3")
     assert seconds > 2.0
 

@@ -86,9 +86,10 @@ def test_metrics_add_up_the_api_and_the_worker(served: tuple[str, Process]) -> N
     assert job_seconds == pytest.approx(job["result"]["duration_seconds"], rel=0.3)
     assert total(samples, "narrator_audio_seconds_produced_total", kind="sync") > 1.0
     assert total(samples, "narrator_engine_real_time_factor_count") >= 3
-    assert 0 < total(samples, "narrator_engine_real_time_factor_sum")
+    assert total(samples, "narrator_engine_real_time_factor_sum") > 0
     busy = [v for (name, _), v in samples.items() if name == "narrator_worker_busy_fraction"]
-    assert busy and all(0.0 <= v <= 1.0 for v in busy)
+    assert busy
+    assert all(0.0 <= v <= 1.0 for v in busy)
     # Read from the database at scrape time.
     assert total(samples, "narrator_jobs", status="completed") == 1
     assert total(samples, "narrator_jobs", status="queued") == 0
@@ -101,11 +102,14 @@ def test_every_api_and_worker_line_carries_its_ids(served: tuple[str, Process]) 
                              headers={"X-Request-Id": "client-42"})
         job = wait_job(http, response.json()["id"])
     request_id = response.headers["x-request-id"]
-    assert request_id.startswith("req_") and len(request_id) == 36
+    assert request_id.startswith("req_")
+    assert len(request_id) == 36
     lines = log_lines(process.output())
     access = [line for line in lines if line.get("request_id") == request_id]
-    assert access and access[-1]["event"] == "http.request"
-    assert access[-1]["route"] == "/v1/audio/jobs" and access[-1]["status"] == 202
+    assert access
+    assert access[-1]["event"] == "http.request"
+    assert access[-1]["route"] == "/v1/audio/jobs"
+    assert access[-1]["status"] == 202
     assert access[-1]["client_request_id"] == "client-42"
     assert all("request_id" in line for line in lines if line["event"] == "http.request")
     job_uuid = job["id"].removeprefix("job_")
@@ -116,7 +120,8 @@ def test_every_api_and_worker_line_carries_its_ids(served: tuple[str, Process]) 
     assert all(line["task"] == "narrator.synthesize" and line["task_id"] for line in done)
     planned = [line for line in lines if line["event"] == "job.planned"
                and str(line.get("job_id", "")).replace("-", "") == job_uuid]
-    assert planned and planned[0]["task"] == "narrator.plan"
+    assert planned
+    assert planned[0]["task"] == "narrator.plan"
 
 
 def test_queue_depth_counts_what_no_worker_took(tmp_path: Path, database_url: str) -> None:
