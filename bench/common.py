@@ -4,13 +4,16 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,125 @@ def served(extra_env: dict[str, str] | None = None) -> Iterator[str]:
             process.terminate()
             process.wait(30)
             log.close()
+
+
+PG_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def rss_mib(pid: int) -> float:
+    """Return the resident memory of a process (Linux /proc), 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
+def profiler(name: str) -> tuple[str, ...]:
+    """The command prefix that runs a process under py-spy, writing results/<name>.profile.txt
+    (collapsed stacks: one line per stack, then its sample count)."""
+    return (str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw",
+            "--nonblocking", "--rate", "400", "-o", str(RESULTS / f"{name}.profile.txt"), "--")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """Return the CPU time (user + system) the processes have used so far."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+@dataclass
+class Platform:
+    """`narrator api` (and optionally `narrator worker`) on Postgres and Redis."""
+
+    url: str
+    database: str
+    api: subprocess.Popen[bytes]
+    worker: subprocess.Popen[bytes] | None
+    folder: Path
+
+
+@contextmanager
+def platform_on_services(database_url: str = PG_URL, redis_url: str = "redis://127.0.0.1:6379/5",
+                         worker: bool = True, api_args: tuple[str, ...] = (),
+                         extra_env: dict[str, str] | None = None,
+                         api_wrapper: tuple[str, ...] = ()) -> Iterator[Platform]:
+    """Run the API (and a worker) against a fresh database of their own and an empty Redis.
+
+    Yields once /readyz answers (and, with a worker, once it is ready); the database is
+    dropped afterwards. `api_wrapper` goes before the API's command (a profiler).
+    """
+    import redis
+    from sqlalchemy import create_engine, text
+
+    from migrations import upgrade
+
+    name = f"narrator_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1),
+                          isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    database = database_url.rsplit("/", 1)[0] + f"/{name}"
+    upgrade(database.replace("postgresql://", "postgresql+psycopg://", 1))
+    redis.Redis.from_url(redis_url).flushdb()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    folder = Path(tempfile.mkdtemp(prefix="narrator-bench-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
+        "NARRATOR_DATA_DIR": str(folder), "NARRATOR_DATABASE_URL": database,
+        "NARRATOR_BROKER_URL": redis_url, "NARRATOR_LOG_LEVEL": "WARNING",
+        "NARRATOR_LOG_JSON": "1", "NARRATOR_PUBLIC_API_URL": url} | (extra_env or {})
+    command = [sys.executable, "-P", "-m", "narrator"]
+    logs = [open(folder / f"{n}.log", "wb") for n in ("api", "worker")]  # noqa: SIM115
+    api = subprocess.Popen([*api_wrapper, *command, "api", "--port", str(port), *api_args],
+                           env=env,
+                           stdout=logs[0], stderr=logs[0], start_new_session=True)
+    work = subprocess.Popen([*command, "worker", "--loglevel", "WARNING"], env=env,
+                            stdout=logs[1], stderr=logs[1], start_new_session=True) \
+        if worker else None
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(httpx.HTTPError, ValueError):  # not up yet
+                ready = httpx.get(f"{url}/readyz").json()
+                if ready.get("status") == "ok" and (
+                        work is None or ready.get("workers", {}).get("ready")):
+                    break
+            if time.monotonic() > deadline or api.poll() is not None:
+                raise RuntimeError((folder / "api.log").read_text()[-2000:])
+            time.sleep(0.3)
+        yield Platform(url, database, api, work, folder)
+    finally:
+        for process in (api, work):
+            if process is not None:
+                process.send_signal(signal.SIGINT if process is api and api_wrapper
+                                    else signal.SIGTERM)  # py-spy writes its profile on ^C
+                process.wait(60)
+        for log in logs:
+            log.close()
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def load(url: str, method: str, paths: list[str], concurrency: int, requests: int,
+         duration: float, body: bytes = b"", headers: dict[str, str] | None = None
+         ) -> dict[str, Any]:
+    """Run bench.loadgen in its own process and return its result."""
+    spec = {"url": url, "method": method, "paths": paths, "concurrency": concurrency,
+            "requests": requests, "duration": duration, "body": body.decode(),
+            "headers": headers or {}}
+    done = subprocess.run([sys.executable, "-P", "-m", "bench.loadgen"],
+                          input=json.dumps(spec).encode(), capture_output=True, check=True,
+                          timeout=duration + 120)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def summary(samples: list[float]) -> dict[str, float]:

@@ -27,7 +27,7 @@ def _engine_args(settings: DatabaseSettings) -> dict[str, Any]:
     if settings.is_sqlite:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         return {}
-    return {"pool_size": settings.database_pool_size, "pool_pre_ping": True}
+    return {"pool_size": settings.database_pool_size, "max_overflow": 0, "pool_pre_ping": True}
 
 
 def make_engine(settings: DatabaseSettings | None = None) -> Engine:
