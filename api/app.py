@@ -7,9 +7,10 @@ from fastapi import FastAPI
 
 from api import errors
 from api.catalogue import Catalogue
+from api.enqueue import Planner
 from api.limits import RateLimiter
 from api.observability import Observability
-from api.routes import catalog, health, jobs, metrics, speech, voices
+from api.routes import catalog, health, jobs, metrics, speech, voices, web
 from api.settings import ApiSettings, get_settings
 from api.state import KeyTable, State
 from models.db import async_session_factory, make_async_engine
@@ -28,12 +29,15 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_async_engine()
         sessions = async_session_factory(engine)
+        celery = make_app()
         app.state.narrator = State(
             settings=settings, engine=engine, sessions=sessions,
-            celery=make_app(), channel=channel_for(worker_settings()), store=store_for(),
+            reader=engine.execution_options(isolation_level="AUTOCOMMIT"),
+            celery=celery, channel=channel_for(worker_settings()), store=store_for(),
             catalogue=Catalogue(worker_settings(), registry_for(worker_settings())),
             keys=KeyTable(sessions),
             limiter=RateLimiter(settings.rate_limit_per_minute, worker_settings().broker_url),
+            planner=Planner(celery),
         )
         yield
         await app.state.narrator.limiter.close()
@@ -43,7 +47,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                   default_response_class=errors.Json)
     errors.install(app)
     for router in (speech.router, jobs.router, voices.router, catalog.router, health.router,
-                   metrics.router):
+                   metrics.router, web.router):
         app.include_router(router)
+    app.mount("/web", web.assets, name="web")
     app.add_middleware(Observability)
     return app

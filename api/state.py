@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from api.catalogue import Catalogue
+from api.enqueue import Planner
 from api.errors import ApiError
 from api.limits import RateLimiter
 from api.settings import ApiSettings
@@ -59,6 +60,7 @@ class State:
 
     settings: ApiSettings
     engine: AsyncEngine
+    reader: AsyncEngine  # the same pool in autocommit: single reads skip BEGIN and ROLLBACK
     sessions: async_sessionmaker[AsyncSession]
     celery: Celery
     channel: Channel
@@ -66,10 +68,11 @@ class State:
     catalogue: Catalogue
     keys: KeyTable
     limiter: RateLimiter
+    planner: Planner
 
 
-def get_state(request: Request) -> State:
-    """Return the app's shared state."""
+async def get_state(request: Request) -> State:
+    """Return the app's shared state (async: a plain def would cost a thread hop)."""
     state: State = request.app.state.narrator
     return state
 

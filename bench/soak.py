@@ -6,7 +6,7 @@ the API and the worker process every second. Reports jobs lost (not completed; m
 throughput, and each process's memory slope after warm-up (the first --warmup fraction of
 the run is left out): the least-squares slope over the rest, as % of the mean per 1,000
 jobs, and that slope times the jobs of the steady part (the drift over the whole run after
-warm-up). Target: within +-5 %. Draws bench/results/soak.png (memory and jobs against time).
+warm-up). Target: within +-5 %. Draws bench/results/soak_<jobs>.png (memory and jobs against time).
 
     python -m bench.soak [--jobs 10000] [--clients 8] [--window 64]
         [--database-url postgresql://postgres@127.0.0.1:5432/postgres]
@@ -14,32 +14,16 @@ warm-up). Target: within +-5 %. Draws bench/results/soak.png (memory and jobs ag
 """
 
 import argparse
-import contextlib
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench import plots
-from bench.common import RESULTS, free_port, save, table
-
-
-def rss_mib(pid: int) -> float:
-    """Return the resident memory of a process (Linux /proc), 0 once it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0
-    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+from bench.common import PG_URL, RESULTS, platform_on_services, rss_mib, save, table
 
 
 def slope_percent(samples: list[tuple[float, float]], jobs_at: list[tuple[float, int]]) -> float:
@@ -60,54 +44,24 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--window", type=int, default=64, help="most jobs in flight")
     parser.add_argument("--warmup", type=float, default=0.2)
-    parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--database-url", default=PG_URL)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
     args = parser.parse_args()
 
-    import redis
     from sqlalchemy import create_engine, text
 
-    from migrations import upgrade
-
-    name = f"narrator_soak_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(args.database_url.replace("postgresql://", "postgresql+psycopg://"),
-                          isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    database = args.database_url.rsplit("/", 1)[0] + f"/{name}"
-    upgrade(database.replace("postgresql://", "postgresql+psycopg://", 1))
-    redis.Redis.from_url(args.redis_url).flushdb()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    tmp = Path(tempfile.mkdtemp(prefix="narrator-soak-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
-        "NARRATOR_DATA_DIR": str(tmp), "NARRATOR_DATABASE_URL": database,
-        "NARRATOR_BROKER_URL": args.redis_url, "NARRATOR_LOG_LEVEL": "WARNING",
-        "NARRATOR_LOG_JSON": "1", "NARRATOR_PUBLIC_API_URL": url}
-    command = [sys.executable, "-P", "-m", "narrator"]
-    logs = [open(tmp / f"{n}.log", "wb") for n in ("api", "worker")]  # noqa: SIM115
-    api = subprocess.Popen([*command, "api", "--port", str(port)], env=env, stdout=logs[0],
-                           stderr=logs[0], start_new_session=True)
-    worker = subprocess.Popen([*command, "worker", "--loglevel", "WARNING"], env=env,
-                              stdout=logs[1], stderr=logs[1], start_new_session=True)
     samples: dict[str, list[tuple[float, float]]] = {"api": [], "worker": []}
     jobs_at: list[tuple[float, int]] = []
     stop = threading.Event()
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(httpx.HTTPError, ValueError):  # not up yet
-                if httpx.get(f"{url}/readyz").json().get("workers", {}).get("ready"):
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("the platform did not become ready")
-            time.sleep(0.5)
+    with platform_on_services(args.database_url, args.redis_url) as platform:
+        url, database = platform.url, platform.database
+        api, worker = platform.api.pid, platform.worker.pid if platform.worker else 0
 
         def sample() -> None:
             while not stop.wait(1.0):
                 now = time.monotonic()
-                samples["api"].append((now, rss_mib(api.pid)))
-                samples["worker"].append((now, rss_mib(worker.pid)))
+                samples["api"].append((now, rss_mib(api)))
+                samples["worker"].append((now, rss_mib(worker)))
 
         threading.Thread(target=sample, daemon=True).start()
         start = time.monotonic()
@@ -139,15 +93,7 @@ def main() -> None:
             statuses = dict(zip(ids, pool.map(
                 lambda job_id: http.get(f"/v1/audio/jobs/{job_id}").json()["status"], ids),
                 strict=True))
-    finally:
         stop.set()
-        for process in (api, worker):
-            process.terminate()
-            process.wait(30)
-        for log in logs:
-            log.close()
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     completed = sum(1 for s in statuses.values() if s == "completed")
     lost = args.jobs - completed
@@ -177,8 +123,8 @@ def main() -> None:
                               "window": args.window, "memory": memory,
                               "samples": {k: [(round(t - start, 1), round(m, 1)) for t, m in v]
                                           for k, v in samples.items()}}
-    save("soak", result)
-    plots.lines(RESULTS / "soak.png", f"Soak: {args.jobs:,} jobs on Postgres + Redis",
+    save(f"soak_{args.jobs}", result)
+    plots.lines(RESULTS / f"soak_{args.jobs}.png", f"Soak: {args.jobs:,} jobs on Postgres + Redis",
                 "seconds", "RSS (MiB)",
                 {name_: [(t - start, m) for t, m in points] for name_, points in samples.items()},
                 {"jobs ended": [(t - start, n) for t, n in jobs_at]}, "jobs ended")

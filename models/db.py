@@ -40,9 +40,14 @@ def make_engine(settings: DatabaseSettings | None = None) -> Engine:
 
 
 def make_async_engine(settings: DatabaseSettings | None = None) -> AsyncEngine:
-    """Create an asynchronous engine (API)."""
+    """Create an asynchronous engine (API).
+
+    No pre-ping (a round trip on every checkout): after a database restart, the request
+    that meets a dead connection gets a 503 and SQLAlchemy drops the whole pool.
+    """
     settings = settings or get_settings()
-    engine = create_async_engine(settings.url(asynchronous=True), **_engine_args(settings))
+    engine = create_async_engine(settings.url(asynchronous=True),
+                                 **_engine_args(settings) | {"pool_pre_ping": False})
     if settings.is_sqlite:
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine

@@ -49,6 +49,12 @@ if [ -z "${NARRATOR_TEST_REDIS_URL:-}" ]; then
     start_redis
   fi
 fi
+# The web console's tests drive a real browser: Debian's Chromium and its ChromeDriver.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  echo "test: installing chromium and chromium-driver (Debian)" >&2
+  as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    as_root apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 echo "test: database $NARRATOR_TEST_DATABASE_URL, redis $NARRATOR_TEST_REDIS_URL" >&2
 
 .venv/bin/ruff check .

@@ -130,6 +130,19 @@ def plan(job_id: str) -> None:
         synthesize.apply_async((str(segment_id),), queue=queue)
 
 
+@celery_app.task(name="narrator.plan_many")
+def plan_many(job_ids: list[str]) -> None:
+    """Plan the jobs submitted together (api.enqueue); one that fails is left to the reaper,
+    which plans again any job still queued after SEGMENT_STALE_SECONDS."""
+    for job_id in job_ids:
+        try:
+            plan(job_id)
+        except Exception:
+            log.exception("job.plan_failed", job_id=job_id)
+        finally:
+            structlog.contextvars.unbind_contextvars("job_id")
+
+
 @celery_app.task(name="narrator.synthesize", bind=True)
 def synthesize(self: Task[Any, Any], segment_id: str) -> None:
     """Synthesise one segment; the last one to finish enqueues assembly."""

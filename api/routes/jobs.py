@@ -9,7 +9,8 @@ import orjson
 import structlog
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import defer
 from starlette.concurrency import iterate_in_threadpool
@@ -23,6 +24,7 @@ from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve
 from api.views import job_object
 from models import ACTIVE, Job, JobStatus, utcnow
+from models.base import uuid7
 from models.transitions import atransition
 from storage import MediaStore, store_for
 from workers.formats import CONTENT_TYPES
@@ -66,6 +68,25 @@ async def _load(session: SessionDep, job_id: str, owner: str) -> Job:
     return job
 
 
+# Every column but the book's text, labelled with the attribute names (meta, not metadata).
+# Built once with bound parameters, so SQLAlchemy finds its compiled form without
+# computing a cache key per request.
+_READ = select(*(prop.columns[0].label(prop.key) for prop in sa_inspect(Job).column_attrs
+                 if prop.key != "chapters")).where(
+    Job.id == bindparam("id"), Job.owner == bindparam("owner"), Job.deleted_at.is_(None))
+
+
+async def _read(state: State, job_id: str, owner: str) -> Job:
+    """Load a job for reading: one SELECT on an autocommit connection (no BEGIN, no
+    ROLLBACK, no ORM session), returned as a detached Job."""
+    async with state.reader.connect() as connection:
+        row = (await connection.execute(_READ, {"id": _parse_id(job_id),
+                                                "owner": owner})).first()
+    if row is None:
+        raise not_found(f"job '{job_id}' not found", "job_id")
+    return Job(**row._mapping)
+
+
 @router.post("/v1/audio/jobs", status_code=202, openapi_extra={"requestBody": {
     "required": True, "content": {
         "application/json": {"schema": JobBody.model_json_schema()},
@@ -93,13 +114,19 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     await check_job_caps(session, owner, characters, state.settings.max_active_jobs_per_key,
                          state.settings.max_chars_per_day_per_key)
     options = {k: v for k, v in body.extras().items()} | {"subtitles": body.subtitles}
-    job = Job(owner=owner, model=model.id, voice=voice.id, response_format=body.response_format,
-              speed=body.speed, options=options, chapters=chapters, output_url=output_url,
-              webhook_url=body.webhook_url, meta=body.metadata,
-              idempotency_key=idempotency_key, request_hash=digest,
-              input_characters=characters)
-    session.add(job)
+    now = utcnow()
+    values: dict[str, Any] = {
+        "id": uuid7(), "owner": owner, "status": JobStatus.queued, "model": model.id,
+        "voice": voice.id, "response_format": body.response_format, "speed": body.speed,
+        "options": options, "chapters": chapters, "output_url": output_url,
+        "webhook_url": body.webhook_url, "meta": body.metadata,
+        "idempotency_key": idempotency_key, "request_hash": digest,
+        "input_characters": characters, "segments_total": 0, "segments_done": 0,
+        "segments_failed": 0, "chars_done": 0, "audio_seconds": 0.0, "created_at": now,
+        "updated_at": now}
+    job = Job(**values)  # rendered below; written with one INSERT, not the unit of work
     try:
+        await session.execute(insert(Job), [values])
         await session.commit()
     except IntegrityError:
         await session.rollback()
@@ -109,7 +136,7 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
             raise
         return _replay(existing, digest, request, state)
     try:
-        state.celery.send_task("narrator.plan", args=[str(job.id)], queue="batch")
+        await state.planner.plan(str(job.id))
     except Exception as exc:
         # Nobody has seen this job yet: remove it rather than leave it orphaned.
         await session.execute(delete(Job).where(Job.id == job.id))
@@ -118,6 +145,21 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     rendered = _render(job, request, state)
     return Json(rendered, status_code=202,
                 headers={"Location": f"/v1/audio/jobs/{rendered['id']}"})
+
+
+@router.post("/v1/audio/jobs/preview", openapi_extra={"requestBody": {
+    "required": True, "content": {
+        "application/json": {"schema": JobBody.model_json_schema()},
+        "multipart/form-data": {"schema": job_input.MULTIPART}}}})
+async def preview_job(request: Request, state: StateDep, _: OwnerDep) -> dict[str, Any]:
+    """Show the chapters a job body would have (the console shows them before submitting);
+    nothing is stored or enqueued, and the body is checked as a submit would check it."""
+    body, _digest = await job_input.job_body(request, state.settings.max_body_bytes)
+    chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
+    return {"object": "audio.job.preview",
+            "input_characters": sum(len(c["input"]) for c in chapters),
+            "chapters": [{"title": c["title"], "characters": len(c["input"]),
+                          "excerpt": c["input"][:200]} for c in chapters]}
 
 
 def _replay(job: Job, digest: str, request: Request, state: State) -> Json:
@@ -156,17 +198,16 @@ async def list_jobs(request: Request, state: StateDep, session: SessionDep, owne
 
 
 @router.get("/v1/audio/jobs/{job_id}")
-async def get_job(job_id: str, request: Request, state: StateDep, session: SessionDep,
-                  owner: OwnerDep) -> Json:
+async def get_job(job_id: str, request: Request, state: StateDep, owner: OwnerDep) -> Json:
     """Return the job object."""
-    return Json(_render(await _load(session, job_id, owner), request, state))
+    return Json(_render(await _read(state, job_id, owner), request, state))
 
 
 @router.get("/v1/audio/jobs/{job_id}/content", response_class=Response)
-async def job_content(job_id: str, state: StateDep, session: SessionDep, owner: OwnerDep,
+async def job_content(job_id: str, state: StateDep, owner: OwnerDep,
                       variant: Variant = "audio", index: int | None = None) -> Response:
     """Stream the final audio or one of its side files."""
-    job = await _load(session, job_id, owner)
+    job = await _read(state, job_id, owner)
     if job.status != JobStatus.completed or not job.result:
         raise ApiError(409, f"job is {job.status.value}; content is available once completed",
                        type="conflict_error", code="job_not_completed")

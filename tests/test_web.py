@@ -1,0 +1,272 @@
+"""The web console, driven in Debian's Chromium (headless) through ChromeDriver."""
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import base_env
+from tests.support import Process, Stack, free_port, narrator, start_stack, wait_for
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="needs Debian's chromium and chromium-driver (scripts/test.sh installs them)")
+
+BOOK = "# The Harbour\n\nThe boats came in at dawn. Gulls followed them.\n\n" \
+       "# The Market\n\nFish were sold by noon. The square emptied slowly."
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM or ""
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--autoplay-policy=no-user-gesture-required", "--window-size=1200,1000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options,
+                              service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("console")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NARRATOR_", "PROMETHEUS_"))}
+    env |= {"NARRATOR_DATA_DIR": str(folder / "data"), "NARRATOR_LOG_JSON": "1"}
+    port = free_port()
+    process = Process(narrator("serve", "--port", str(port)), env, folder / "serve.log").start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 60, "narrator serve")
+        yield url
+    finally:
+        process.stop()
+
+
+def until(driver: WebDriver, check: Callable[[WebDriver], Any], seconds: float = 60) -> Any:
+    """Wait for `check` to return something truthy; show the page's error box on timeout."""
+    try:
+        return WebDriverWait(driver, seconds, poll_frequency=0.2).until(check)
+    except TimeoutException:
+        error = driver.find_element(By.ID, "error").text
+        status = driver.find_element(By.ID, "status").text
+        raise AssertionError(f"timed out; error box: {error!r}, status: {status!r}") from None
+
+
+def text_of(driver: WebDriver, element_id: str) -> str:
+    return str(driver.find_element(By.ID, element_id).text)
+
+
+def row_text(driver: WebDriver, css: str) -> str:
+    """The text of an element of the job table, read in one step (it is redrawn often)."""
+    found = driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.textContent : '';", css)
+    return str(found)
+
+
+def click(driver: WebDriver, css: str) -> None:
+    """Click an element that a redraw may replace between finding and clicking it."""
+    def attempt(d: WebDriver) -> bool:
+        try:
+            d.find_element(By.CSS_SELECTOR, css).click()
+        except (StaleElementReferenceException, NoSuchElementException):
+            return False
+        return True
+
+    until(driver, attempt, 20)
+
+
+def open_console(driver: WebDriver, url: str, tab: str = "speak") -> None:
+    driver.get(f"{url}/#{tab}")
+    until(driver, lambda d: Select(d.find_element(By.ID, "speak-voice")).options)
+
+
+def test_speak_streams_then_plays_a_whole_file(browser: WebDriver, served: str) -> None:
+    open_console(browser, served)
+    text = browser.find_element(By.ID, "speak-text")
+    text.clear()
+    text.send_keys("Streamed into the page as it is made.")
+    browser.find_element(By.ID, "speak-go").click()
+    until(browser, lambda d: "done (streamed" in text_of(d, "status"))
+    streamed = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(document.getElementById('speak-download').href)"
+        ".then(r => r.arrayBuffer()).then(b => done(b.byteLength));")
+    assert streamed > 44 + 22050  # a WAV header and more than half a second of 16-bit audio
+
+    browser.find_element(By.ID, "speak-stream").click()  # off: one whole file
+    Select(browser.find_element(By.ID, "speak-format")).select_by_visible_text("wav")
+    browser.find_element(By.ID, "speak-go").click()
+    until(browser, lambda d: "s of audio" in text_of(d, "status"))
+    link = browser.find_element(By.ID, "speak-download")
+    assert link.get_attribute("download") == "speech.wav"
+    duration = until(browser, lambda d: d.execute_script(
+        "const a = document.getElementById('speak-audio');"
+        "return a.readyState >= 1 && a.duration > 0 ? a.duration : null;"))
+    assert duration > 1.0
+
+
+def test_errors_are_shown_in_words(browser: WebDriver, served: str) -> None:
+    open_console(browser, served)
+    browser.execute_script("document.getElementById('speak-text').value = 'x'.repeat(5000);")
+    browser.find_element(By.ID, "speak-go").click()
+    message = until(browser, lambda d: text_of(d, "error"))
+    assert "text too long for a sync request: use a job" in message
+
+
+def test_a_markdown_book_from_chapters_to_synced_subtitles(browser: WebDriver,
+                                                           served: str) -> None:
+    open_console(browser, served, "jobs")
+    browser.find_element(By.CSS_SELECTOR, 'input[name="job-kind"][value="markdown"]').click()
+    browser.find_element(By.ID, "job-text").send_keys(BOOK)
+    browser.find_element(By.ID, "job-preview").click()
+    preview = until(browser, lambda d: text_of(d, "job-chapters"))
+    assert "2 chapter(s)" in preview
+    assert "The Harbour" in preview
+    assert "The Market" in preview
+
+    browser.find_element(By.ID, "job-submit").click()
+    job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
+                   if text_of(d, "status").startswith("submitted job_") else None)
+    row = f'tr[data-job="{job_id}"]'
+    until(browser, lambda d: "completed" in row_text(d, row), 120)
+    assert "100%" in row_text(browser, row)
+    click(browser, f'{row} button[aria-label="Play {job_id}"]')
+
+    until(browser, lambda d: d.find_element(By.ID, "player").is_displayed())
+    chapters = browser.find_elements(By.CSS_SELECTOR, "#player-chapters button")
+    assert [c.text for c in chapters] == ["The Harbour", "The Market"]
+    cues = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#player-cues li"))
+    assert len(cues) >= 4  # one cue per sentence
+    downloads = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#player-downloads a")]
+    assert downloads[0] == "Audio"
+    assert "Chapter 2: The Market" in downloads
+    assert {"Subtitles (SRT)", "Subtitles (VTT)", "Manifest (JSON)"} <= set(downloads)
+    until(browser, lambda d: d.execute_script(
+        "return document.getElementById('player-audio').readyState >= 1"))
+
+    chapters[1].click()  # seeks to the second chapter and plays
+    start = until(browser, lambda d: d.execute_script(
+        "const t = document.getElementById('player-audio').currentTime; return t > 0 && t;"))
+    assert start >= 2.0
+    browser.execute_script("const a = document.getElementById('player-audio'); a.pause();")
+    # The cue under the play head is highlighted and shown; another time, another cue.
+    for n in (0, len(cues) - 1):
+        browser.execute_script(
+            "const a = document.getElementById('player-audio');"
+            "a.currentTime = arguments[0]; a.dispatchEvent(new Event('timeupdate'));",
+            _cue_middle(browser, n))
+        current = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR,
+                                                           "#player-cues li.current"))
+        assert current[0].text == cues[n].text
+        assert text_of(browser, "player-cue") == cues[n].text
+
+
+def _cue_middle(browser: WebDriver, n: int) -> float:
+    """The middle of cue n, read from the VTT the page loaded."""
+    middle: float = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "const url = [...document.querySelectorAll('#player-downloads a')]"
+        "  .find(a => a.textContent === 'Subtitles (VTT)').href;"
+        "fetch(url).then(r => r.text()).then(t => {"
+        "  const times = [...t.matchAll(/([0-9:.]+) --> ([0-9:.]+)/g)][arguments[0]];"
+        "  const s = v => v.split(':').reduce((a, p) => a * 60 + Number(p), 0);"
+        "  done((s(times[1]) + s(times[2])) / 2); });", n)
+    return middle
+
+
+def test_a_running_job_can_be_cancelled_and_deleted(browser: WebDriver, served: str) -> None:
+    open_console(browser, served, "jobs")
+    browser.execute_script("document.getElementById('job-text').value = arguments[0];",
+                           "A long sentence to keep the worker busy for a while. " * 200)
+    browser.find_element(By.ID, "job-submit").click()
+    job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
+                   if text_of(d, "status").startswith("submitted job_") else None)
+    row = f'tr[data-job="{job_id}"]'
+    click(browser, f'{row} button[aria-label="Cancel {job_id}"]')
+    until(browser, lambda d: "cancelled" in row_text(d, row))
+    click(browser, f'{row} button[aria-label="Delete {job_id}"]')
+    until(browser, lambda d: not row_text(d, row))
+    assert httpx.get(f"{served}/v1/audio/jobs/{job_id}").status_code == 404
+
+
+def test_voices_are_listed_and_upload_says_why_it_is_off(browser: WebDriver,
+                                                         served: str) -> None:
+    open_console(browser, served, "voices")
+    rows = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#voice-table tbody tr"))
+    listed = httpx.get(f"{served}/v1/audio/voices").json()["voices"]
+    assert [r.text.split()[0] for r in rows] == [v["name"].split()[0] for v in listed]
+    assert all(r.text.endswith("builtin") for r in rows)
+    assert "No model here clones voices" in text_of(browser, "voice-note")
+    assert not browser.find_element(By.ID, "voice-go").is_enabled()
+
+
+def test_keyboard_and_labels(browser: WebDriver, served: str) -> None:
+    open_console(browser, served)
+    browser.find_element(By.ID, "tab-speak").send_keys(Keys.ARROW_RIGHT)
+    until(browser, lambda d: d.execute_script("return location.hash") == "#jobs")
+    assert browser.switch_to.active_element.get_attribute("id") == "tab-jobs"
+    assert browser.find_element(By.ID, "jobs").is_displayed()
+    unlabelled = browser.execute_script(
+        "return [...document.querySelectorAll('input, select, textarea, button')]"
+        ".filter(e => e.type !== 'hidden' && !(e.labels && e.labels.length)"
+        " && !e.getAttribute('aria-label') && !e.textContent.trim()).map(e => e.id);")
+    assert unlabelled == []
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("console-keyed")
+    import redis
+
+    from tests.conftest import redis_url
+
+    redis.Redis.from_url(redis_url(4)).flushdb()
+    stack = start_stack(tmp, base_env(tmp, database_url, 4) | {"NARRATOR_API_KEYS": "sesame"})
+    yield stack
+    stack.stop()
+
+
+def test_the_console_asks_for_a_key_and_keeps_it_in_the_tab(browser: WebDriver,
+                                                            keyed: Stack) -> None:
+    browser.get(f"{keyed.url}/#speak")
+    until(browser, lambda d: d.find_element(By.ID, "key-dialog").is_displayed())
+    browser.find_element(By.ID, "key-input").send_keys("wrong")
+    browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+    until(browser, lambda d: d.find_element(By.ID, "key-dialog").is_displayed())  # again
+    key = browser.find_element(By.ID, "key-input")
+    key.clear()
+    key.send_keys("sesame" + Keys.ENTER)
+    until(browser, lambda d: Select(d.find_element(By.ID, "speak-voice")).options)
+    assert browser.execute_script("return sessionStorage.getItem('narrator-api-key')") == "sesame"
+    assert browser.execute_script("return localStorage.length") == 0
+    assert browser.find_element(By.ID, "forget-key").is_displayed()
+    browser.find_element(By.ID, "forget-key").click()
+    assert browser.execute_script("return sessionStorage.getItem('narrator-api-key')") is None
+
+
+def test_the_page_and_its_files_are_served(served: str) -> None:
+    page = httpx.get(f"{served}/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    for asset, kind in (("app.js", "javascript"), ("style.css", "text/css")):
+        response = httpx.get(f"{served}/web/{asset}")
+        assert response.status_code == 200
+        assert kind in response.headers["content-type"]
+    assert httpx.get(f"{served}/nowhere").json()["error"]["type"] == "not_found_error"

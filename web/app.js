@@ -1,0 +1,462 @@
+// Narrator console: plain ES module, no build step. Talks to the same API as any client.
+
+const $ = (id) => document.getElementById(id);
+const KEY = "narrator-api-key";
+
+// ---- API access: the key lives in sessionStorage only; every error is shown in words ----
+
+const FRIENDLY = {
+  input_too_long: "text too long for a sync request: use a job (the Jobs tab)",
+  missing_api_key: "this server needs an API key",
+  invalid_api_key: "that API key is not valid",
+  rate_limit_exceeded: "too many requests for this key: wait a minute",
+  too_many_active_jobs: "this key already has the most jobs it may run at once",
+  daily_quota_exceeded: "this key used its characters for today",
+  file_too_large: "the file is too large",
+  invalid_epub: "that file is not a readable EPUB",
+  consent_required: "the speaker's consent is required to clone a voice",
+};
+
+class ApiError extends Error {
+  constructor(status, error) {
+    const words = FRIENDLY[error.code];
+    super(words ? `${words} (${error.message})` : error.message);
+    this.status = status;
+    this.code = error.code;
+  }
+}
+
+function headers(extra = {}) {
+  const key = sessionStorage.getItem(KEY);
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+let asking = null;  // one dialog at a time, however many requests met a 401
+
+function askForKey() {
+  asking ??= promptForKey().finally(() => { asking = null; });
+  return asking;
+}
+
+async function promptForKey() {
+  const dialog = $("key-dialog");
+  $("key-input").value = "";
+  dialog.showModal();
+  await new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
+  const key = $("key-input").value.trim();
+  if (key) sessionStorage.setItem(KEY, key);
+  $("forget-key").hidden = !sessionStorage.getItem(KEY);
+  return Boolean(key);
+}
+
+async function api(path, { method = "GET", json, form } = {}) {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const init = { method, headers: headers(json ? { "Content-Type": "application/json" } : {}) };
+    if (json) init.body = JSON.stringify(json);
+    if (form) init.body = form;
+    const response = await fetch(path, init);
+    if (response.status === 401 && (await askForKey())) continue;
+    if (!response.ok) {
+      let error = { message: `${response.status} ${response.statusText}`, code: null };
+      try { error = (await response.json()).error ?? error; } catch { /* not JSON */ }
+      throw new ApiError(response.status, error);
+    }
+    return response;
+  }
+  throw new ApiError(401, { message: "an API key is needed", code: "missing_api_key" });
+}
+
+function showError(error) {
+  const box = $("error");
+  box.textContent = error ? String(error.message ?? error) : "";
+  box.hidden = !error;
+}
+
+function say(text) { $("status").textContent = text; }
+
+async function guarded(button, work) {
+  showError(null);
+  button.disabled = true;
+  try { await work(); } catch (error) { showError(error); } finally { button.disabled = false; }
+}
+
+// ---- Tabs: links with aria-selected; arrow keys move between them ----
+
+const TABS = ["speak", "jobs", "voices"];
+
+function showTab() {
+  const current = TABS.includes(location.hash.slice(1)) ? location.hash.slice(1) : "speak";
+  for (const name of TABS) {
+    $(name).hidden = name !== current;
+    const tab = $(`tab-${name}`);
+    tab.setAttribute("aria-selected", String(name === current));
+    tab.tabIndex = name === current ? 0 : -1;
+  }
+  if (current === "jobs") refreshJobs();
+  if (current === "voices") loadVoices();
+}
+
+document.querySelector('[role="tablist"]').addEventListener("keydown", (event) => {
+  const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+  if (!step) return;
+  const index = TABS.indexOf(location.hash.slice(1) || "speak");
+  const next = TABS[(index + step + TABS.length) % TABS.length];
+  location.hash = next;
+  $(`tab-${next}`).focus();
+});
+
+// ---- Models and voices into the pickers ----
+
+let models = [];
+let voices = [];
+
+async function loadCatalog() {
+  models = (await (await api("/v1/models")).json()).data;
+  voices = (await (await api("/v1/audio/voices")).json()).voices;
+  for (const prefix of ["speak", "job"]) {
+    const picker = $(`${prefix}-model`);
+    picker.replaceChildren(...models.map((m) => new Option(`${m.id} (${m.engine})`, m.id)));
+    picker.onchange = () => fillVoices(prefix);
+    fillVoices(prefix);
+  }
+}
+
+function fillVoices(prefix) {
+  const model = $(`${prefix}-model`).value;
+  $(`${prefix}-voice`).replaceChildren(...voices.filter((v) => v.model === model)
+    .map((v) => new Option(v.kind === "uploaded" ? `${v.name} (uploaded)` : v.name, v.id)));
+}
+
+// ---- Speak: whole file, or 16-bit PCM played as it arrives ----
+
+let lastUrl = null;
+
+function offer(blob, name) {
+  if (lastUrl) URL.revokeObjectURL(lastUrl);
+  lastUrl = URL.createObjectURL(blob);
+  const link = $("speak-download");
+  link.href = lastUrl;
+  link.download = name;
+  link.hidden = false;
+  return lastUrl;
+}
+
+function wavFile(chunks, rate) {
+  const bytes = chunks.reduce((n, c) => n + c.length, 0);
+  const view = new DataView(new ArrayBuffer(44));
+  const text = (at, s) => [...s].forEach((ch, i) => view.setUint8(at + i, ch.charCodeAt(0)));
+  text(0, "RIFF"); view.setUint32(4, 36 + bytes, true); text(8, "WAVE"); text(12, "fmt ");
+  view.setUint32(16, 16, true); view.setUint16(20, 1, true); view.setUint16(22, 1, true);
+  view.setUint32(24, rate, true); view.setUint32(28, rate * 2, true);
+  view.setUint16(32, 2, true); view.setUint16(34, 16, true); text(36, "data");
+  view.setUint32(40, bytes, true);
+  return new Blob([view.buffer, ...chunks], { type: "audio/wav" });
+}
+
+async function speakStreamed(body) {
+  const response = await api("/v1/audio/speech", {
+    method: "POST", json: { ...body, response_format: "pcm", stream_format: "audio" } });
+  const rate = Number(response.headers.get("X-Sample-Rate"));
+  const context = new AudioContext({ sampleRate: rate });
+  const reader = response.body.getReader();
+  const chunks = [];
+  let carry = new Uint8Array(0);
+  let at = context.currentTime + 0.05;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    const data = new Uint8Array(carry.length + value.length);
+    data.set(carry); data.set(value, carry.length);
+    const usable = data.length - (data.length % 2);
+    carry = data.slice(usable);
+    if (!usable) continue;
+    const pcm = data.slice(0, usable);
+    chunks.push(pcm);
+    const samples = new Int16Array(pcm.buffer);
+    const buffer = context.createBuffer(1, samples.length, rate);
+    buffer.getChannelData(0).set(Float32Array.from(samples, (s) => s / 32768));
+    const source = context.createBufferSource();
+    source.buffer = buffer;
+    source.connect(context.destination);
+    at = Math.max(at, context.currentTime);
+    source.start(at);
+    at += buffer.duration;
+    say(`playing: ${(chunks.reduce((n, c) => n + c.length, 0) / 2 / rate).toFixed(1)} s received`);
+  }
+  const audio = $("speak-audio");
+  audio.src = offer(wavFile(chunks, rate), "speech.wav");
+  audio.hidden = false;
+  say("done (streamed; the download is WAV)");
+}
+
+async function speakWhole(body) {
+  const response = await api("/v1/audio/speech", { method: "POST", json: body });
+  const seconds = response.headers.get("X-Audio-Duration");
+  const audio = $("speak-audio");
+  audio.src = offer(await response.blob(), `speech.${body.response_format}`);
+  audio.hidden = false;
+  await audio.play().catch(() => {});  // autoplay may be refused; the controls are there
+  say(`${Number(seconds).toFixed(1)} s of audio`);
+}
+
+$("speak-speed").addEventListener("input", (e) => {
+  $("speak-speed-value").textContent = Number(e.target.value).toFixed(2);
+});
+
+$("speak-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const body = { model: $("speak-model").value, voice: $("speak-voice").value,
+    input: $("speak-text").value, response_format: $("speak-format").value,
+    speed: Number($("speak-speed").value) };
+  guarded($("speak-go"), () => ($("speak-stream").checked ? speakStreamed(body) : speakWhole(body)));
+});
+
+// ---- Jobs: preview chapters, submit, follow, cancel, delete, play ----
+
+const kind = () => document.querySelector('input[name="job-kind"]:checked').value;
+
+document.querySelectorAll('input[name="job-kind"]').forEach((radio) => {
+  radio.addEventListener("change", () => {
+    $("job-text-box").hidden = kind() === "epub";
+    $("job-file-box").hidden = kind() !== "epub";
+    $("job-chapters").replaceChildren();
+  });
+});
+
+function jobRequest() {
+  const fields = { model: $("job-model").value, voice: $("job-voice").value,
+    response_format: $("job-format").value, speed: Number($("job-speed").value),
+    subtitles: [...($("job-srt").checked ? ["srt"] : []), ...($("job-vtt").checked ? ["vtt"] : [])] };
+  if (kind() === "epub") {
+    const file = $("job-file").files[0];
+    if (!file) throw new Error("choose an EPUB file first");
+    const form = new FormData();
+    form.append("file", file);
+    form.append("request", JSON.stringify(fields));
+    return { form };
+  }
+  return { json: { ...fields, input: $("job-text").value, input_format: kind() } };
+}
+
+$("job-preview").addEventListener("click", () => guarded($("job-preview"), async () => {
+  const preview = await (await api("/v1/audio/jobs/preview", { method: "POST", ...jobRequest() })).json();
+  const list = document.createElement("ol");
+  for (const chapter of preview.chapters) {
+    const item = document.createElement("li");
+    item.textContent = `${chapter.title ?? "(untitled)"}: ${chapter.characters.toLocaleString()} characters`;
+    list.append(item);
+  }
+  const head = document.createElement("p");
+  head.textContent = `${preview.chapters.length} chapter(s), ${preview.input_characters.toLocaleString()} characters`;
+  $("job-chapters").replaceChildren(head, list);
+}));
+
+$("job-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  guarded($("job-submit"), async () => {
+    const job = await (await api("/v1/audio/jobs", { method: "POST", ...jobRequest() })).json();
+    say(`submitted ${job.id}`);
+    await refreshJobs();
+  });
+});
+
+function eta(seconds) {
+  if (seconds == null) return "";
+  const s = Math.round(seconds);
+  return s < 60 ? `${s} s left` : `${Math.floor(s / 60)} min ${s % 60} s left`;
+}
+
+function button(label, action, name) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = "quiet";
+  b.textContent = label;
+  b.setAttribute("aria-label", `${label} ${name}`);
+  b.addEventListener("click", () => guarded(b, action));
+  return b;
+}
+
+let polling = null;
+
+async function refreshJobs() {
+  clearTimeout(polling);
+  try {
+    const page = await (await api("/v1/audio/jobs?limit=25")).json();
+    const rows = page.data.map((job) => {
+      const row = document.createElement("tr");
+      row.dataset.job = job.id;
+      const cells = [job.id.slice(0, 16) + "…", job.status, "", new Date(job.created_at * 1000).toLocaleString(), ""]
+        .map((text) => { const td = document.createElement("td"); td.textContent = text; return td; });
+      const bar = document.createElement("progress");
+      bar.max = 100; bar.value = job.progress;
+      bar.setAttribute("aria-label", `progress of ${job.id}`);
+      cells[2].append(bar, ` ${job.progress}% ${eta(job.eta_seconds)}`);
+      if (job.status === "completed") cells[4].append(button("Play", () => openPlayer(job), job.id));
+      if (["queued", "in_progress"].includes(job.status)) {
+        cells[4].append(button("Cancel", async () => {
+          await api(`/v1/audio/jobs/${job.id}/cancel`, { method: "POST" }); await refreshJobs();
+        }, job.id));
+      }
+      cells[4].append(button("Delete", async () => {
+        await api(`/v1/audio/jobs/${job.id}`, { method: "DELETE" });
+        if ($("player").dataset.job === job.id) $("player").hidden = true;
+        await refreshJobs();
+      }, job.id));
+      if (job.status === "failed" && job.error) cells[1].title = job.error.message;
+      row.append(...cells);
+      return row;
+    });
+    $("job-table").tBodies[0].replaceChildren(...rows);
+    const active = page.data.some((job) => ["queued", "in_progress"].includes(job.status));
+    if (!$("jobs").hidden) polling = setTimeout(refreshJobs, active ? 1500 : 5000);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+// ---- Player: chapters, subtitles in sync, downloads ----
+
+const sameOrigin = (url) => new URL(url, location.href).origin === location.origin;
+
+// The API's own URLs get the key; others (presigned S3, a CDN) must not.
+async function fetchAny(url) {
+  if (sameOrigin(url)) return api(url);
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: ${response.status} ${response.statusText}`);
+  return response;
+}
+
+async function mediaUrl(url) {
+  // Same-origin content URLs need the key in a header, which <audio src> cannot send.
+  if (!sessionStorage.getItem(KEY) || !sameOrigin(url)) return url;
+  return URL.createObjectURL(await (await api(url)).blob());
+}
+
+function parseVtt(text) {
+  const seconds = (t) => t.split(":").reduce((acc, part) => acc * 60 + Number(part), 0);
+  const cues = [];
+  for (const block of text.replace(/\r/g, "").split("\n\n")) {
+    const lines = block.split("\n");
+    const timing = lines.findIndex((l) => l.includes("-->"));
+    if (timing < 0) continue;
+    const [start, end] = lines[timing].split("-->").map((t) => seconds(t.trim().split(" ")[0]));
+    cues.push({ start, end, text: lines.slice(timing + 1).join(" ") });
+  }
+  return cues;
+}
+
+async function openPlayer(job) {
+  const player = $("player");
+  player.dataset.job = job.id;
+  const audio = $("player-audio");
+  audio.src = await mediaUrl(job.result.url);
+  const chapters = job.result.chapters ?? [];
+  $("player-chapters").replaceChildren(...chapters.map((chapter, n) => {
+    const item = document.createElement("li");
+    const go = document.createElement("button");
+    go.type = "button";
+    go.textContent = chapter.title ?? `Chapter ${n + 1}`;
+    go.addEventListener("click", () => { audio.currentTime = chapter.start_seconds; audio.play(); });
+    item.append(go);
+    return item;
+  }));
+  let cues = [];
+  if (job.result.subtitles?.vtt) {
+    cues = parseVtt(await (await fetchAny(job.result.subtitles.vtt)).text());
+  }
+  $("player-cues").replaceChildren(...cues.map((cue) => {
+    const item = document.createElement("li");
+    item.textContent = cue.text;
+    item.tabIndex = 0;
+    const seek = () => { audio.currentTime = cue.start + 0.01; };
+    item.addEventListener("click", seek);
+    item.addEventListener("keydown", (e) => { if (e.key === "Enter") seek(); });
+    return item;
+  }));
+  audio.ontimeupdate = () => {
+    const t = audio.currentTime;
+    const items = $("player-cues").children;
+    cues.forEach((cue, n) => {
+      const on = t >= cue.start && t < cue.end;
+      if (on && !items[n].classList.contains("current")) {
+        items[n].scrollIntoView({ block: "nearest" });
+        $("player-cue").textContent = cue.text;
+      }
+      items[n].classList.toggle("current", on);
+    });
+    const chapterItems = $("player-chapters").children;
+    chapters.forEach((chapter, n) => chapterItems[n].classList.toggle("current",
+      t >= chapter.start_seconds && t < chapter.start_seconds + chapter.duration_seconds));
+  };
+  const links = [["Audio", job.result.url, `${job.id}.${job.response_format}`],
+    ...chapters.map((c, n) => [`Chapter ${n + 1}${c.title ? `: ${c.title}` : ""}`, c.url, `${job.id}-${n + 1}`]),
+    ...Object.entries(job.result.subtitles ?? {}).map(([k, url]) => [`Subtitles (${k.toUpperCase()})`, url, `${job.id}.${k}`]),
+    ["Manifest (JSON)", job.result.manifest_url, `${job.id}.json`]];
+  $("player-downloads").replaceChildren(...links.filter(([, url]) => url).map(([label, url, name]) => {
+    const item = document.createElement("li");
+    const link = document.createElement("a");
+    link.textContent = label;
+    link.href = url;
+    link.download = name;
+    if (sessionStorage.getItem(KEY) && sameOrigin(url)) {
+      link.addEventListener("click", async (event) => {  // the key goes in a header
+        event.preventDefault();
+        const blob = await (await api(url)).blob();
+        const temp = Object.assign(document.createElement("a"), { href: URL.createObjectURL(blob), download: name });
+        temp.click();
+      });
+    }
+    item.append(link);
+    return item;
+  }));
+  $("player-title").textContent = `Player: ${job.id}`;
+  player.hidden = false;
+  player.scrollIntoView({ block: "start" });
+}
+
+// ---- Voices: list, and upload a clip where a model clones ----
+
+async function loadVoices() {
+  try {
+    await loadCatalog();
+    $("voice-table").tBodies[0].replaceChildren(...voices.map((v) => {
+      const row = document.createElement("tr");
+      for (const text of [v.name, v.model, v.languages.join(", "), v.kind]) {
+        const td = document.createElement("td"); td.textContent = text; row.append(td);
+      }
+      return row;
+    }));
+    const cloners = models.filter((m) => m.task_type === "Base");
+    $("voice-note").textContent = cloners.length
+      ? `Uploaded voices work with ${cloners.map((m) => m.id).join(", ")}.`
+      : "No model here clones voices (that needs a Qwen3-TTS Base checkpoint), so uploads are refused.";
+    $("voice-go").disabled = !cloners.length;
+  } catch (error) {
+    showError(error);
+  }
+}
+
+$("voice-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  guarded($("voice-go"), async () => {
+    const form = new FormData();
+    form.append("file", $("voice-file").files[0]);
+    form.append("name", $("voice-name").value);
+    form.append("consent", $("voice-consent").checked ? "yes" : "no");
+    if ($("voice-ref").value) form.append("ref_text", $("voice-ref").value);
+    await api("/v1/audio/voices", { method: "POST", form });
+    say("voice uploaded");
+    await loadVoices();
+  });
+});
+
+$("forget-key").addEventListener("click", () => {
+  sessionStorage.removeItem(KEY);
+  $("forget-key").hidden = true;
+  say("API key forgotten");
+});
+
+window.addEventListener("hashchange", showTab);
+$("forget-key").hidden = !sessionStorage.getItem(KEY);
+showTab();
+loadCatalog().catch(showError);
