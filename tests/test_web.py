@@ -3,12 +3,14 @@
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import base_env
+from tests.epub_maker import make_epub
 from tests.support import Process, Stack, free_port, narrator, start_stack, wait_for
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -189,6 +191,22 @@ def _cue_middle(browser: WebDriver, n: int) -> float:
         "  const s = v => v.split(':').reduce((a, p) => a * 60 + Number(p), 0);"
         "  done((s(times[1]) + s(times[2])) / 2); });", n)
     return middle
+
+
+def test_an_epub_shows_its_chapters_before_it_is_submitted(browser: WebDriver, served: str,
+                                                          tmp_path: Path) -> None:
+    book = tmp_path / "book.epub"
+    book.write_bytes(make_epub([("Departure", "They left before sunrise."),
+                                ("Arrival", "The town was asleep when they came.")]))
+    open_console(browser, served, "jobs")
+    browser.find_element(By.CSS_SELECTOR, 'input[name="job-kind"][value="epub"]').click()
+    assert not browser.find_element(By.ID, "job-text").is_displayed()
+    browser.find_element(By.ID, "job-file").send_keys(str(book))
+    browser.find_element(By.ID, "job-preview").click()
+    preview = until(browser, lambda d: text_of(d, "job-chapters"))
+    assert "2 chapter(s)" in preview
+    items = browser.find_elements(By.CSS_SELECTOR, "#job-chapters li")
+    assert [i.text.split(":")[0] for i in items] == ["Departure (toc)", "Arrival (toc)"]  # TOC titles
 
 
 def test_a_running_job_can_be_cancelled_and_deleted(browser: WebDriver, served: str) -> None:
