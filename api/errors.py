@@ -4,6 +4,7 @@ from typing import Any
 
 import orjson
 import structlog
+from asyncpg.exceptions import CannotConnectNowError, TooManyConnectionsError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -103,6 +104,17 @@ def install(app: FastAPI) -> None:
         if not exc.connection_invalidated and not unreachable:
             return await _unexpected(request, exc)
         log.warning("database.unavailable", path=request.url.path, error=str(exc.orig))
+        return Json(_body("the database is unreachable; retry shortly", "service_unavailable",
+                          None, "dependency_unavailable"),
+                    status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(OSError)
+    @app.exception_handler(CannotConnectNowError)
+    @app.exception_handler(TooManyConnectionsError)
+    async def _unreachable(request: Request, exc: Exception) -> Json:
+        # asyncpg raises these unwrapped when a new connection cannot be opened (refused,
+        # timed out, the server starting up or full); psycopg's come as OperationalError.
+        log.warning("dependency.unavailable", path=request.url.path, error=repr(exc))
         return Json(_body("the database is unreachable; retry shortly", "service_unavailable",
                           None, "dependency_unavailable"),
                     status_code=503, headers={"Retry-After": "5"})

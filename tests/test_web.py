@@ -206,7 +206,7 @@ def test_an_epub_shows_its_chapters_before_it_is_submitted(browser: WebDriver, s
     preview = until(browser, lambda d: text_of(d, "job-chapters"))
     assert "2 chapter(s)" in preview
     items = browser.find_elements(By.CSS_SELECTOR, "#job-chapters li")
-    assert [i.text.split(":")[0] for i in items] == ["Departure (toc)", "Arrival (toc)"]  # TOC titles
+    assert [i.text.split(":")[0] for i in items] == ["Departure (toc)", "Arrival (toc)"]
 
 
 def test_a_running_job_can_be_cancelled_and_deleted(browser: WebDriver, served: str) -> None:
