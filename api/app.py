@@ -32,7 +32,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         celery = make_app()
         app.state.narrator = State(
             settings=settings, engine=engine, sessions=sessions,
-            reader=engine.execution_options(isolation_level="AUTOCOMMIT"),
+            autocommit=engine.execution_options(isolation_level="AUTOCOMMIT"),
             celery=celery, channel=channel_for(worker_settings()), store=store_for(),
             catalogue=Catalogue(worker_settings(), registry_for(worker_settings())),
             keys=KeyTable(sessions),

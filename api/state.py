@@ -60,7 +60,8 @@ class State:
 
     settings: ApiSettings
     engine: AsyncEngine
-    reader: AsyncEngine  # the same pool in autocommit: single reads skip BEGIN and ROLLBACK
+    # The same pool in autocommit: one-statement reads and writes skip BEGIN and COMMIT.
+    autocommit: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     celery: Celery
     channel: Channel

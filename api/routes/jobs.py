@@ -2,14 +2,14 @@
 
 import hashlib
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import anyio
 import orjson
 import structlog
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import Table, bindparam, delete, insert, select, update
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import defer
@@ -76,10 +76,14 @@ _READ = select(*(prop.columns[0].label(prop.key) for prop in sa_inspect(Job).col
     Job.id == bindparam("id"), Job.owner == bindparam("owner"), Job.deleted_at.is_(None))
 
 
+_INSERT = insert(cast(Table, Job.__table__))
+_COLUMN_KEYS = {prop.key: prop.columns[0].key for prop in sa_inspect(Job).column_attrs}
+
+
 async def _read(state: State, job_id: str, owner: str) -> Job:
     """Load a job for reading: one SELECT on an autocommit connection (no BEGIN, no
     ROLLBACK, no ORM session), returned as a detached Job."""
-    async with state.reader.connect() as connection:
+    async with state.autocommit.connect() as connection:
         row = (await connection.execute(_READ, {"id": _parse_id(job_id),
                                                 "owner": owner})).first()
     if row is None:
@@ -124,12 +128,12 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
         "input_characters": characters, "segments_total": 0, "segments_done": 0,
         "segments_failed": 0, "chars_done": 0, "audio_seconds": 0.0, "created_at": now,
         "updated_at": now}
-    job = Job(**values)  # rendered below; written with one INSERT, not the unit of work
-    try:
-        await session.execute(insert(Job), [values])
-        await session.commit()
+    job = Job(**values)  # rendered below
+    row = {_COLUMN_KEYS[key]: value for key, value in values.items()}
+    try:  # one INSERT in autocommit: no unit of work, no BEGIN and COMMIT round trips
+        async with state.autocommit.connect() as connection:
+            await connection.execute(_INSERT, row)
     except IntegrityError:
-        await session.rollback()
         existing = await session.scalar(select(Job).where(
             Job.owner == owner, Job.idempotency_key == idempotency_key))
         if existing is None:
