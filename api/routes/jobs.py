@@ -82,13 +82,14 @@ _COLUMN_KEYS = {prop.key: prop.columns[0].key for prop in sa_inspect(Job).column
 
 async def _read(state: State, job_id: str, owner: str) -> Job:
     """Load a job for reading: one SELECT on an autocommit connection (no BEGIN, no
-    ROLLBACK, no ORM session), returned as a detached Job."""
+    ROLLBACK, no ORM session). The row's labels are Job's attribute names, so it reads like
+    a Job without the cost of building one (a tenth of a GET, bench.poll --profile)."""
     async with state.autocommit.connect() as connection:
         row = (await connection.execute(_READ, {"id": _parse_id(job_id),
                                                 "owner": owner})).first()
     if row is None:
         raise not_found(f"job '{job_id}' not found", "job_id")
-    return Job(**row._mapping)
+    return cast(Job, row)
 
 
 @router.post("/v1/audio/jobs", status_code=202, openapi_extra={"requestBody": {
