@@ -32,7 +32,9 @@ from tests.support import (
 PARAGRAPH = ("The tide came in over the flats before anyone had noticed, and the birds rose "
              "together from the water in one long grey sheet. ") * 3
 BOOK = {"input": "\n\n".join([PARAGRAPH] * 12), "response_format": "wav"}
-FAST_REAPER = {"NARRATOR_SEGMENT_STALE_SECONDS": "4", "NARRATOR_REAPER_INTERVAL_SECONDS": "1",
+# Stale after 8 s: a Piper segment takes 1-2 s, but on a loaded 2-core machine one over 4 s
+# was taken for lost and run twice while its worker was still alive.
+FAST_REAPER = {"NARRATOR_SEGMENT_STALE_SECONDS": "8", "NARRATOR_REAPER_INTERVAL_SECONDS": "1",
                "NARRATOR_RETRY_BACKOFF_SECONDS": "0.5"}
 
 
