@@ -38,7 +38,9 @@ def fragile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     redis.Redis.from_url(redis_url(14)).flushdb()
     tmp = tmp_path_factory.mktemp("fragile")
     with fresh_database() as database_url:
-        env = base_env(tmp, database_url, 14) | {"NARRATOR_SEGMENT_STALE_SECONDS": "6",
+        # Stale after 15 s: a 400-character segment took over 6 s on a loaded 2-core machine
+        # and was taken for lost while its worker was still alive.
+        env = base_env(tmp, database_url, 14) | {"NARRATOR_SEGMENT_STALE_SECONDS": "15",
                                                  "NARRATOR_REAPER_INTERVAL_SECONDS": "1",
                                                  "NARRATOR_RESULT_TTL_HOURS": "0.002"}  # 7.2 s
         stack = start_stack(tmp, env)

@@ -1,9 +1,13 @@
 """Sync speech through the official OpenAI SDK, a real worker and real Piper."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import openai
 import pytest
 
-from tests.support import Stack, audio_stats
+from tests.support import Stack, audio_stats, start_stack
 
 TEXT = "Narrator speaks through the official OpenAI client. Every format must work."
 
@@ -53,3 +57,28 @@ def test_models_and_voices_are_listed(client: openai.OpenAI, local_stack: Stack)
         voices = http.get("/v1/audio/voices").json()["voices"]
     assert voices == [{"id": "joe", "name": voices[0]["name"], "model": "piper",
                        "languages": ["en-US"], "kind": "builtin"}]
+
+
+def test_a_sync_request_waits_for_a_worker_that_starts_later(tmp_path: Path,
+                                                             database_url: str) -> None:
+    """The API waits on its Redis channel for as long as SYNC_TIMEOUT_SECONDS, however long
+    the first frame takes (redis-py 8's default 5 s socket timeout once cut this short)."""
+    import redis
+
+    from tests.conftest import base_env, redis_url
+
+    redis.Redis.from_url(redis_url(3)).flushdb()
+    stack = start_stack(tmp_path, base_env(tmp_path, database_url, 3), worker=False)
+    try:
+        with ThreadPoolExecutor(1) as pool, stack.client() as http:
+            answer = pool.submit(http.post, "/v1/audio/speech", json={
+                "input": "Worth the wait.", "response_format": "wav"})
+            time.sleep(6)  # longer than any socket timeout on the way
+            assert not answer.done()
+            stack.worker.start()
+            response = answer.result(timeout=120)
+    finally:
+        stack.stop()
+    assert response.status_code == 200, response.text
+    seconds, _ = audio_stats(response.content, "wav")
+    assert seconds > 0.5

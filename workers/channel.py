@@ -84,7 +84,10 @@ class RedisChannel:
                      idle_wait: float) -> AsyncIterator[Message]:
         """Yield frames until end or error; raise ChannelTimeout when the worker goes quiet."""
         if self._async is None:
-            self._async = aioredis.Redis.from_url(self.url)
+            # No socket timeout (redis-py 8 defaults to 5 s): XREAD's own `block` bounds the
+            # wait, and a worker may take longer than 5 s to send the first frame.
+            self._async = aioredis.Redis.from_url(self.url, socket_timeout=None,
+                                                  socket_connect_timeout=5)
         key, last, wait = self.key(request_id), "0", first_wait
         try:
             while True:
