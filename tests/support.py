@@ -7,7 +7,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,20 @@ def wait_segments(client: httpx.Client, job_id: str, at_least: int, timeout: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"no {what}: {done} of {at_least} segments after {timeout} s")
         time.sleep(0.05)
+
+
+@contextmanager
+def embedded(folder: Path) -> Iterator[tuple[str, Process]]:
+    """Run `narrator serve` with only embedded defaults under `folder`; yield its URL and
+    process once /readyz answers."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NARRATOR_", "PROMETHEUS_"))}
+    env |= {"NARRATOR_DATA_DIR": str(folder / "data"), "NARRATOR_LOG_JSON": "1"}
+    port = free_port()
+    process = Process(narrator("serve", "--port", str(port)), env, folder / "serve.log").start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 60, "narrator serve")
+        yield url, process
+    finally:
+        process.stop()

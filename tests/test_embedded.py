@@ -7,22 +7,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import Process, audio_stats, free_port, narrator, wait_for, wait_job
+from tests.support import Process, audio_stats, embedded, free_port, narrator, wait_for, wait_job
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     folder = tmp_path_factory.mktemp("embedded")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")}
-    env |= {"NARRATOR_DATA_DIR": str(folder / "data"), "NARRATOR_LOG_JSON": "1"}
-    port = free_port()
-    process = Process(narrator("serve", "--port", str(port)), env, folder / "serve.log").start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 60, "narrator serve")
+    with embedded(folder) as (url, process):
         yield url, folder / "data"
-    finally:
-        process.stop()
     assert "Traceback" not in process.output(), process.output()[-3000:]
 
 

@@ -1,7 +1,6 @@
 """Metrics, request ids and structured log fields, read from real processes."""
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import base_env
-from tests.support import Process, free_port, narrator, start_stack, wait_for, wait_job
+from tests.support import Process, embedded, start_stack, wait_job
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -42,18 +41,8 @@ def log_lines(text: str) -> list[dict[str, object]]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Process]]:
-    folder = tmp_path_factory.mktemp("observed")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("NARRATOR_", "PROMETHEUS_"))}
-    env |= {"NARRATOR_DATA_DIR": str(folder / "data"), "NARRATOR_LOG_JSON": "1"}
-    port = free_port()
-    process = Process(narrator("serve", "--port", str(port)), env, folder / "serve.log").start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 60, "narrator serve")
-        yield url, process
-    finally:
-        process.stop()
+    with embedded(tmp_path_factory.mktemp("observed")) as served:
+        yield served
 
 
 def test_metrics_add_up_the_api_and_the_worker(served: tuple[str, Process]) -> None:

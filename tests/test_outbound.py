@@ -82,7 +82,7 @@ def test_a_delivery_connects_to_the_address_it_checked(monkeypatch: pytest.Monke
             self.end_headers()
 
         def log_message(self, *_: object) -> None:
-            pass
+            """Keep the test's output quiet."""
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -1,6 +1,5 @@
 """The web console, driven in Debian's Chromium (headless) through ChromeDriver."""
 
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,7 +10,7 @@ import pytest
 
 from tests.conftest import base_env
 from tests.epub_maker import make_epub
-from tests.support import Process, Stack, free_port, narrator, start_stack, wait_for
+from tests.support import Stack, embedded, start_stack
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import (  # noqa: E402
@@ -48,17 +47,8 @@ def browser() -> Iterator[WebDriver]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("console")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NARRATOR_", "PROMETHEUS_"))}
-    env |= {"NARRATOR_DATA_DIR": str(folder / "data"), "NARRATOR_LOG_JSON": "1"}
-    port = free_port()
-    process = Process(narrator("serve", "--port", str(port)), env, folder / "serve.log").start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 60, "narrator serve")
+    with embedded(tmp_path_factory.mktemp("console")) as (url, _):
         yield url
-    finally:
-        process.stop()
 
 
 def until(driver: WebDriver, check: Callable[[WebDriver], Any], seconds: float = 60) -> Any:
