@@ -8,12 +8,16 @@ the run is left out): the least-squares slope over the rest, as % of the mean pe
 jobs, and that slope times the jobs of the steady part (the drift over the whole run after
 warm-up). Target: within +-5 %. Draws bench/results/soak_<jobs>.png (memory and jobs against time).
 
+Ctrl-C (or SIGTERM) stops submitting, waits for the jobs already submitted to end and
+reports over those, marked "interrupted"; a second Ctrl-C aborts.
+
     python -m bench.soak [--jobs 10000] [--clients 8] [--window 64]
         [--database-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/5]
 """
 
 import argparse
+import signal
 import statistics
 import threading
 import time
@@ -60,7 +64,16 @@ def main() -> None:
 
     samples: dict[str, list[tuple[float, float]]] = {"api": [], "worker": []}
     jobs_at: list[tuple[float, int]] = []
-    stop = threading.Event()
+    stop, interrupted = threading.Event(), threading.Event()
+
+    def interrupt(signum: int, _frame: object) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        print(f"signal {signum}: no more submits; draining the jobs in flight", flush=True)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     with platform_on_services(args.database_url, args.redis_url) as platform:
         url, database = platform.url, platform.database
         api, worker = platform.api.pid, platform.worker.pid if platform.worker else 0
@@ -88,11 +101,12 @@ def main() -> None:
                     connection.rollback()
                     jobs_at.append((time.monotonic(), done))
                     room = min(args.window - (len(ids) - done), args.jobs - len(ids))
-                    if room > 0:
+                    if room > 0 and not interrupted.is_set():
                         ids += pool.map(lambda n: http.post("/v1/audio/jobs", json={
                             "input": TEXTS[n % len(TEXTS)], "response_format": "wav"}
                             ).raise_for_status().json()["id"], range(len(ids), len(ids) + room))
-                    if done >= args.jobs or time.monotonic() - start > 6 * 3600:
+                    if done >= len(ids) and (interrupted.is_set() or done >= args.jobs) \
+                            or time.monotonic() - start > 6 * 3600:
                         break
                     time.sleep(0.5)
             jobs.dispose()
@@ -103,8 +117,9 @@ def main() -> None:
                 strict=True))
         stop.set()
 
+    submitted = len(ids)
     completed = sum(1 for s in statuses.values() if s == "completed")
-    lost = args.jobs - completed
+    lost = submitted - completed
     cut = start + args.warmup * wall
     rows, memory = [], {}
     steady_jobs = jobs_at[-1][1] - next((n for t, n in reversed(jobs_at) if t <= cut), 0) \
@@ -120,19 +135,22 @@ def main() -> None:
         rows.append([name_, f"{values[0]:.0f}", f"{values[-1]:.0f}", f"{max(values):.0f}",
                      f"{memory[name_]['slope_pct_per_1000_jobs']:+.2f}",
                      f"{memory[name_]['drift_pct_after_warmup']:+.2f}"])
-    print(f"{args.jobs} jobs from {args.clients} clients: {completed} completed, {lost} lost; "
+    print(f"{submitted} jobs{' (interrupted)' if interrupted.is_set() else ''} from "
+          f"{args.clients} clients: {completed} completed, {lost} lost; "
           f"at most {args.window} in flight, all ended after {wall:.1f} s "
-          f"({args.jobs / wall:.1f} jobs/s end to end)")
+          f"({submitted / wall:.1f} jobs/s end to end)")
     print(table(["process", "RSS after warm-up MiB", "RSS at end MiB", "max MiB",
                  "slope % per 1,000 jobs",
                  f"drift % over {steady_jobs:,} jobs"], rows))
-    result: dict[str, Any] = {"jobs": args.jobs, "clients": args.clients,
+    result: dict[str, Any] = {"jobs": args.jobs, "submitted": submitted,
+                              "interrupted": interrupted.is_set(), "clients": args.clients,
                               "completed": completed, "lost": lost, "wall_s": wall,
                               "window": args.window, "memory": memory,
                               "samples": {k: [(round(t - start, 1), round(m, 1)) for t, m in v]
                                           for k, v in samples.items()}}
-    save(f"soak_{args.jobs}", result)
-    plots.lines(RESULTS / f"soak_{args.jobs}.png", f"Soak: {args.jobs:,} jobs on Postgres + Redis",
+    name = f"soak_{args.jobs}" + ("_partial" if interrupted.is_set() else "")
+    save(name, result)
+    plots.lines(RESULTS / f"{name}.png", f"Soak: {args.jobs:,} jobs on Postgres + Redis",
                 "seconds", "RSS (MiB)",
                 {name_: [(t - start, m) for t, m in points] for name_, points in samples.items()},
                 {"jobs ended": [(t - start, n) for t, n in jobs_at]}, "jobs ended")
