@@ -10,6 +10,10 @@ and shared by all three paths, so they are compared in one run on the same GPU s
   (c) worker:  an in-process Celery worker (threads pool, embedded filesystem broker,
                SQLite) consuming N `narrator.synthesize` segment tasks, parts written as FLAC.
 
+With --process-paths, the engine is then closed and started again in a child process of its
+own (NARRATOR_VLLM_ENGINE_PROCESS, the worker's default), and those paths run again against
+it, reported as `<path>_proc`: same run, same GPU, compared with the raw rate above.
+
 Also the time to the first audio chunk of a streamed sync request, alone and under load.
 Audio-seconds per wall-second are from measured samples, not nominal lengths.
 
@@ -79,19 +83,45 @@ def emit(record: dict[str, Any]) -> None:
 class Bench:
     """Holds the engine and runs each path at a given concurrency."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, engine: Any = None) -> None:
         self.args = args
-        from workers.engines import get_engine
-
-        start = time.perf_counter()
-        self.engine: Any = get_engine()
-        self.engine.start()
-        emit({"tag": "engine_start", "seconds": round(time.perf_counter() - start, 1),
-              "gpu_memory": gpu_memory()})
+        if engine is None:
+            self.start_engine()
+        else:
+            self.engine: Any = engine
         self.voice = self.engine.info.voices[0].id if self.engine.info.voices else ""
 
+    def start_engine(self, process: bool = False) -> None:
+        """Start the engine the worker will get: in this process, or in a child of its own."""
+        from workers.engines import get_engine
+        from workers.settings import get_settings
+
+        os.environ["NARRATOR_VLLM_ENGINE_PROCESS"] = str(process).lower()
+        get_settings.cache_clear()
+        get_engine.cache_clear()
+        start = time.perf_counter()
+        self.engine = get_engine()
+        self.engine.start()
+        emit({"tag": "engine_start", "process": process,
+              "seconds": round(time.perf_counter() - start, 1), "gpu_memory": gpu_memory()})
+
+    def restart_in_process_of_its_own(self) -> None:
+        """Close the in-process engine, wait for its GPU memory, start it in a child."""
+        self.engine.close()
+        for _ in range(120):
+            used = gpu_memory().split()[0]
+            if used.isdigit() and int(used) < 2000:
+                break
+            time.sleep(1)
+        emit({"tag": "engine_closed", "gpu_memory": gpu_memory()})
+        self.start_engine(process=True)
+
     # (a) raw AsyncOmni, the recipe's way
-    def raw(self, n: int) -> tuple[float, int]:
+    def raw_staggered(self, n: int) -> tuple[float, int]:
+        """Raw, with the first n requests started --stagger-ms apart, as a worker fills up."""
+        return self.raw(n, stagger=self.args.stagger_ms / 1000)
+
+    def raw(self, n: int, stagger: float = 0.0) -> tuple[float, int]:
         """Run n x waves requests with at most n in flight."""
         from vllm.sampling_params import RequestOutputKind
 
@@ -125,6 +155,8 @@ class Bench:
             gate = asyncio.Semaphore(n)
 
             async def gated(i: int) -> int:
+                if i < n and stagger:
+                    await asyncio.sleep(i * stagger)
                 async with gate:
                     return await one(i)
 
@@ -271,6 +303,11 @@ def main() -> None:
                         help="output length(s) in frames (0.08 s each): the segment length")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--paths", nargs="+", default=["raw", "adapter", "worker"])
+    parser.add_argument("--process-paths", nargs="*", default=[],
+                        choices=["adapter", "worker"],
+                        help="then run these against the engine in a process of its own")
+    parser.add_argument("--stagger-ms", type=float, default=5.0,
+                        help="raw_staggered: gap between the first N requests' starts")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--waves", type=int, default=1,
                         help="requests per slot: >1 measures steady flow, not one lockstep batch")
@@ -303,19 +340,32 @@ def main() -> None:
     if "worker" in args.paths:
         bench.start_worker()
     rows: dict[tuple[str, int, int], list[float]] = {}
-    for frames in frames_list:
-        args.frames = frames
-        for n in args.concurrency:
-            for _ in range(args.reps):
-                for path in args.paths:
-                    wall, samples = getattr(bench, path)(n)
-                    rate = samples / SR / wall
-                    rows.setdefault((path, n, frames), []).append(rate)
-                    emit({"tag": path, "frames": frames, "concurrency": n,
-                          "wall_s": round(wall, 3), "audio_s": round(samples / SR, 2),
-                          "audio_s_per_wall_s": round(rate, 2),
-                          "samples_per_request": samples // (n * args.waves),
-                          "waves": args.waves, "gpu_memory": gpu_memory()})
+
+    def measure(paths: list[str], suffix: str = "") -> None:
+        for frames in frames_list:
+            args.frames = frames
+            for n in args.concurrency:
+                for _ in range(args.reps):
+                    for path in paths:
+                        wall, samples = getattr(bench, path)(n)
+                        rate = samples / SR / wall
+                        rows.setdefault((path + suffix, n, frames), []).append(rate)
+                        emit({"tag": path + suffix, "frames": frames, "concurrency": n,
+                              "wall_s": round(wall, 3), "audio_s": round(samples / SR, 2),
+                              "audio_s_per_wall_s": round(rate, 2),
+                              "samples_per_request": samples // (n * args.waves),
+                              "waves": args.waves, "gpu_memory": gpu_memory()})
+
+    measure(args.paths)
+    if args.process_paths:
+        bench.restart_in_process_of_its_own()
+        start = time.perf_counter()
+        bench.adapter(warm)
+        emit({"tag": "warmup_proc", "seconds": round(time.perf_counter() - start, 1)})
+        if "worker" in args.process_paths and "worker" not in args.paths:
+            bench.start_worker()
+        measure(args.process_paths, "_proc")
+    paths = args.paths + [p + "_proc" for p in args.process_paths]
     args.frames = frames_list[0]
     ttfa_idle = bench.ttfa(0) if args.ttfa_reps else []
     ttfa_load = bench.ttfa(args.ttfa_load) if args.ttfa_load and args.ttfa_reps else []
@@ -324,18 +374,18 @@ def main() -> None:
 
     print(f"\n{args.label}: {bench.engine.info.id}, {args.waves} wave(s) per slot; "
           f"audio-s per wall-s, median of {args.reps}")
-    header = "| frames | concurrency | " + " | ".join(args.paths) + " | " + " | ".join(
-        f"{p}/raw" for p in args.paths if p != "raw") + " |"
+    header = "| frames | concurrency | " + " | ".join(paths) + " | " + " | ".join(
+        f"{p}/raw" for p in paths if p != "raw") + " |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     result: dict[str, Any] = {"label": args.label, "waves": args.waves,
                               "deploy_config": args.deploy_config, "rows": []}
     for frames in frames_list:
         for n in args.concurrency:
-            med = {p: statistics.median(rows[(p, n, frames)]) for p in args.paths}
-            ratios = {p: med[p] / med["raw"] for p in args.paths if p != "raw" and "raw" in med}
+            med = {p: statistics.median(rows[(p, n, frames)]) for p in paths}
+            ratios = {p: med[p] / med["raw"] for p in paths if p != "raw" and "raw" in med}
             print(f"| {frames} ({frames * 0.08:.0f} s) | {n} | "
-                  + " | ".join(f"{med[p]:.1f}" for p in args.paths) + " | "
+                  + " | ".join(f"{med[p]:.1f}" for p in paths) + " | "
                   + " | ".join(f"{r:.3f}" for r in ratios.values()) + " |")
             result["rows"].append({"frames": frames, "concurrency": n, "median": med,
                                    "ratio_to_raw": ratios})

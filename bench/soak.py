@@ -105,7 +105,7 @@ def main() -> None:
                         ids += pool.map(lambda n: http.post("/v1/audio/jobs", json={
                             "input": TEXTS[n % len(TEXTS)], "response_format": "wav"}
                             ).raise_for_status().json()["id"], range(len(ids), len(ids) + room))
-                    if done >= len(ids) and (interrupted.is_set() or done >= args.jobs) \
+                    if (done >= len(ids) and (interrupted.is_set() or done >= args.jobs)) \
                             or time.monotonic() - start > 6 * 3600:
                         break
                     time.sleep(0.5)

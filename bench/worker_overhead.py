@@ -53,7 +53,7 @@ def run_one(threads: int, waves: int, engine_seconds: float) -> float:
     for module in (workers.engines, workers.pipeline, workers.tasks):
         module.get_engine = lambda: engine  # type: ignore[attr-defined]
     bench = Bench(argparse.Namespace(frames=250, concurrency=[threads], ttfa_reps=1,
-                                     waves=waves))
+                                     waves=waves), engine)
     bench.start_worker(threads)
     wall, _ = bench.worker(SLOTS)
     return wall

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from workers.engines.vllm_omni import VllmOmniEngine
+from workers.engines.engine_process import EngineProcess
 
 # A cold engine start captures CUDA graphs for minutes, and vLLM's imports warn.
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1200), pytest.mark.filterwarnings("default")]
@@ -31,14 +31,14 @@ def test_real_engine_synthesizes_batches_and_streams(monkeypatch: pytest.MonkeyP
     from workers.engines import get_engine
 
     engine = get_engine()
-    assert isinstance(engine, VllmOmniEngine)
+    assert isinstance(engine, EngineProcess)  # the worker's default: AsyncOmni in a child
     try:
         _check(engine)
     finally:
-        engine.close()  # else the stage processes keep the interpreter alive
+        engine.close()  # else the engine's processes keep the interpreter alive
 
 
-def _check(engine: VllmOmniEngine) -> None:
+def _check(engine: EngineProcess) -> None:
     from workers.engines import SpeechRequest
     from workers.engines.qwen3_tts import SAMPLES_PER_FRAME
 

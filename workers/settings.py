@@ -43,6 +43,8 @@ class WorkerSettings(BaseSettings):
     vllm_stage_init_timeout: int = 900
     vllm_priority: bool = True
     vllm_warmup_batch: int = 64
+    # The engine in a child process of its own, away from the worker's GIL (bench.gpu_engine).
+    vllm_engine_process: bool = True
     cache_dir: str = ""
     result_ttl_hours: float = 0.0
 

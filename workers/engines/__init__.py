@@ -1,5 +1,7 @@
 """Speech engines behind one small protocol; the worker picks one by NARRATOR_ENGINE."""
 
+import concurrent.futures
+import queue
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -45,6 +47,20 @@ class Engine(Protocol):
     def stream(self, request: SpeechRequest) -> Iterator[Audio]: ...
 
 
+def drain(future: "concurrent.futures.Future[Audio]", chunks: "queue.SimpleQueue[Audio]"
+          ) -> Iterator[Audio]:
+    """Yield the chunks an engine call puts on `chunks` until its future is done."""
+    while True:
+        try:
+            yield chunks.get(timeout=0.01)
+        except queue.Empty:
+            if future.done():
+                while not chunks.empty():
+                    yield chunks.get()
+                future.result()  # raise the engine's error, if any
+                return
+
+
 @lru_cache
 def get_engine() -> Engine:
     """Load the configured engine once per process, lazily, on first use."""
@@ -55,17 +71,18 @@ def get_engine() -> Engine:
 
         return PiperEngine(info, sentence_gap=settings.sentence_gap_seconds)
     if info.engine == "vllm-omni":
+        from workers.engines.vllm_omni import from_settings
+
+        if not settings.vllm_engine_process:
+            return from_settings()
         from workers.engines.catalog import resolve_model_dir
+        from workers.engines.engine_process import EngineProcess
         from workers.engines.qwen3_tts import Qwen3Config
-        from workers.engines.vllm_omni import DEPLOY_DIR, VllmOmniEngine, cache_environment
         from workers.voices import load_reference
 
-        cache_environment(settings.cache_dir)
-        deploy = settings.vllm_deploy_config or str(DEPLOY_DIR / "qwen3_tts_narrator.yaml")
-        return VllmOmniEngine(
-            info, Qwen3Config.load(resolve_model_dir(settings.model)),
-            max_in_flight=settings.vllm_max_in_flight, priority=settings.vllm_priority,
-            references=load_reference,
-            deploy_config="" if deploy == "default" else deploy,
-            stage_init_timeout=settings.vllm_stage_init_timeout)
+        config = Qwen3Config.load(resolve_model_dir(settings.model))
+        return EngineProcess(info, from_settings, sample_rate=config.sample_rate,
+                             max_in_flight=settings.vllm_max_in_flight,
+                             references=load_reference if config.task_type == "Base" else None,
+                             start_timeout=settings.vllm_stage_init_timeout * 2)
     raise ValueError(f"no engine for {info.engine!r}")

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from workers.engines import Audio, SpeechRequest
+from workers.engines import Audio, SpeechRequest, drain
 from workers.engines.catalog import ModelInfo
 from workers.engines.qwen3_tts import (
     AudioCollector,
@@ -157,13 +157,12 @@ class VllmOmniEngine:
                 on_chunk(new)
         return collector.audio()
 
-    def _submit(self, request: SpeechRequest, kind: OutputKind,
-                on_chunk: Callable[[Audio], None] | None = None
-                ) -> concurrent.futures.Future[Audio]:
+    def submit(self, request: SpeechRequest, kind: OutputKind,
+               on_chunk: Callable[[Audio], None] | None = None, *,
+               reference: Reference | None = None) -> concurrent.futures.Future[Audio]:
+        """Put one request on the engine's loop; the future resolves with its audio."""
         self.start()
         assert self._loop is not None
-        # Reference clips come from storage: load them here, never on the engine's loop.
-        reference = self._references(request.voice) if self.config.task_type == "Base" else None
         slots = self._slots
         slots.acquire()  # bounds in-flight requests, and so GPU memory
         try:
@@ -175,24 +174,37 @@ class VllmOmniEngine:
         future.add_done_callback(lambda _: slots.release())
         return future
 
+    def _reference(self, request: SpeechRequest) -> Reference | None:
+        # Reference clips come from storage: load them here, never on the engine's loop.
+        return self._references(request.voice) if self.config.task_type == "Base" else None
+
     def synthesize(self, requests: list[SpeechRequest]) -> list[Audio]:
         """Speak every request; all of them run on the GPU at once."""
-        futures = [self._submit(r, OutputKind.FINAL_ONLY) for r in requests]
+        futures = [self.submit(r, OutputKind.FINAL_ONLY, reference=self._reference(r))
+                   for r in requests]
         return [f.result() for f in futures]
 
     def stream(self, request: SpeechRequest) -> Iterator[Audio]:
         """Yield audio chunks as the engine makes them."""
         chunks: queue.SimpleQueue[Audio] = queue.SimpleQueue()
-        future = self._submit(request, OutputKind.DELTA, chunks.put)
-        while True:
-            try:
-                yield chunks.get(timeout=0.01)
-            except queue.Empty:
-                if future.done():
-                    while not chunks.empty():
-                        yield chunks.get()
-                    future.result()  # raise the engine's error, if any
-                    return
+        return drain(self.submit(request, OutputKind.DELTA, chunks.put,
+                                 reference=self._reference(request)), chunks)
+
+
+def from_settings() -> VllmOmniEngine:
+    """Build the engine NARRATOR_* settings describe (in the worker, or in its engine process)."""
+    from workers.engines.catalog import catalog, resolve_model_dir
+    from workers.settings import get_settings
+    from workers.voices import load_reference
+
+    settings = get_settings()
+    cache_environment(settings.cache_dir)
+    deploy = settings.vllm_deploy_config or str(DEPLOY_DIR / "qwen3_tts_narrator.yaml")
+    return VllmOmniEngine(
+        catalog(settings)[0], Qwen3Config.load(resolve_model_dir(settings.model)),
+        max_in_flight=settings.vllm_max_in_flight, priority=settings.vllm_priority,
+        references=load_reference, deploy_config="" if deploy == "default" else deploy,
+        stage_init_timeout=settings.vllm_stage_init_timeout)
 
 
 def _vllm_output_kind(kind: OutputKind) -> Any:

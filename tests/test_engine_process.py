@@ -1,0 +1,138 @@
+"""The engine in a child process of its own: the same protocol, across a real pipe.
+
+The child runs the real VllmOmniEngine over the CPU test double of AsyncOmni (FakeOmni: the
+GPU engine boundary, as in test_vllm_omni_adapter.py); the process, the pipe, the pickling
+and the restart after a crash are real.
+"""
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.test_vllm_omni_adapter import MODEL, SCALE, FakeOmni
+from workers.engines import SpeechRequest
+from workers.engines.catalog import qwen3_model
+from workers.engines.engine_process import EngineProcess, EngineProcessError
+from workers.engines.qwen3_tts import OutputKind, Qwen3Config
+from workers.engines.vllm_omni import VllmOmniEngine
+
+
+class SlowOmni(FakeOmni):
+    """FakeOmni that takes 2 ms per frame, so a long request can be caught running."""
+
+    async def generate(self, prompt: dict[str, Any], request_id: str,
+                       sampling_params_list: list[Any], priority: int) -> AsyncIterator[Any]:
+        await asyncio.sleep(sampling_params_list[0].max_tokens * 0.002)
+        async for item in super().generate(prompt, request_id, sampling_params_list, priority):
+            yield item
+
+
+def build(slow: bool = False) -> VllmOmniEngine:
+    """Run in the child: the real adapter over the test double."""
+    fake = SlowOmni("chunks") if slow else FakeOmni("chunks")
+    return VllmOmniEngine(qwen3_model(str(MODEL)), Qwen3Config.load(MODEL),
+                          omni_factory=lambda: fake,
+                          prompt_length=lambda info: 10 + len(info["text"][0]))
+
+
+def build_slow() -> VllmOmniEngine:
+    return build(slow=True)
+
+
+def build_broken() -> VllmOmniEngine:
+    raise RuntimeError("no GPU here")
+
+
+def make(build_: Any = build, max_in_flight: int = 64) -> EngineProcess:
+    return EngineProcess(qwen3_model(str(MODEL)), build_, sample_rate=24000,
+                         max_in_flight=max_in_flight, start_timeout=60)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[EngineProcess]:
+    engine = make()
+    yield engine
+    engine.close()
+
+
+def test_the_engine_runs_in_a_child_and_returns_whole_audio(engine: EngineProcess) -> None:
+    audio = engine.synthesize([SpeechRequest(text="Hello there.", voice="ryan",
+                                             max_new_tokens=60)])[0]
+    assert len(audio) == 60 * SCALE
+    assert audio.dtype == np.float32
+    assert set(audio.tolist()) == {float(len("Hello there."))}
+    assert engine._process.pid != os.getpid()
+    assert engine._process.is_alive()
+
+
+def test_streamed_chunks_arrive_in_order(engine: EngineProcess) -> None:
+    chunks = list(engine.stream(SpeechRequest(text="Hi.", voice="ryan", max_new_tokens=70,
+                                              realtime=True)))
+    assert [len(c) for c in chunks] == [250, 250, 200]
+
+
+def test_concurrent_requests_keep_their_own_audio(engine: EngineProcess) -> None:
+    results: dict[int, np.ndarray] = {}
+
+    def work(i: int) -> None:
+        results[i] = engine.synthesize([SpeechRequest(text="x" * (i + 1), voice="ryan",
+                                                      max_new_tokens=20 + i)])[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(64):
+        assert len(results[i]) == (20 + i) * SCALE
+        assert set(results[i].tolist()) == {float(i + 1)}
+
+
+def test_an_engine_error_reaches_the_caller_as_itself(engine: EngineProcess) -> None:
+    with pytest.raises(ValueError, match="not a speaker"):
+        engine.synthesize([SpeechRequest(text="x", voice="nobody")])
+    assert len(engine.synthesize([SpeechRequest(text="x", voice="ryan",
+                                                max_new_tokens=5)])[0]) == 5 * SCALE
+
+
+def test_a_crashed_engine_fails_its_requests_and_starts_again() -> None:
+    engine = make(build_slow)
+    try:
+        engine.start()
+        first = engine._process
+        running = engine.submit(SpeechRequest(text="long", voice="ryan", max_new_tokens=2500),
+                                OutputKind.FINAL_ONLY)
+        time.sleep(0.5)
+        os.kill(first.pid, signal.SIGKILL)
+        with pytest.raises(EngineProcessError, match="exited"):
+            running.result(timeout=30)
+        audio = engine.synthesize([SpeechRequest(text="again", voice="ryan",
+                                                 max_new_tokens=25)])[0]
+        assert len(audio) == 25 * SCALE
+        assert engine._process.pid != first.pid
+        assert engine._slots._value == 64  # the lost request gave its slot back
+    finally:
+        engine.close()
+
+
+def test_an_engine_that_cannot_start_says_why() -> None:
+    engine = make(build_broken)
+    with pytest.raises(EngineProcessError, match="no GPU here"):
+        engine.start()
+
+
+def test_close_stops_the_child() -> None:
+    engine = make()
+    engine.start()
+    process = engine._process
+    engine.close()
+    assert not process.is_alive()
+    assert process.exitcode == 0
+    engine.close()  # twice: nothing left to stop
