@@ -167,13 +167,13 @@ class Bench:
         return time.perf_counter() - start, sum(counts)
 
     # (b) the adapter, driven by N threads like Celery's threads pool
-    def adapter(self, n: int) -> tuple[float, int]:
+    def adapter(self, n: int, waves: int = 0) -> tuple[float, int]:
         from workers.engines import SpeechRequest
 
         counts = [0] * n
 
         def work(i: int) -> None:
-            for wave in range(self.args.waves):
+            for wave in range(waves or self.args.waves):
                 request = SpeechRequest(text=TEXTS[i % len(TEXTS)], voice=self.voice,
                                         language="en", max_new_tokens=self.args.frames,
                                         request_id=f"adapter-{i}-{wave}")
@@ -335,7 +335,7 @@ def main() -> None:
         os._exit(0)
     warm = max(args.concurrency)
     start = time.perf_counter()
-    bench.adapter(warm)  # Triton compiles kernels at the first large batch
+    bench.adapter(warm, waves=1)  # Triton compiles kernels at the first large batch
     emit({"tag": "warmup", "concurrency": warm, "seconds": round(time.perf_counter() - start, 1)})
     if "worker" in args.paths:
         bench.start_worker()
@@ -360,7 +360,7 @@ def main() -> None:
     if args.process_paths:
         bench.restart_in_process_of_its_own()
         start = time.perf_counter()
-        bench.adapter(warm)
+        bench.adapter(warm, waves=1)
         emit({"tag": "warmup_proc", "seconds": round(time.perf_counter() - start, 1)})
         if "worker" in args.process_paths and "worker" not in args.paths:
             bench.start_worker()
