@@ -8,7 +8,6 @@ and the restart after a crash are real.
 import asyncio
 import os
 import signal
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -16,7 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.test_vllm_omni_adapter import MODEL, SCALE, FakeOmni
+from tests.test_vllm_omni_adapter import (
+    MODEL,
+    SCALE,
+    FakeOmni,
+    assert_concurrent_requests_keep_their_own_audio,
+)
 from workers.engines import SpeechRequest
 from workers.engines.catalog import qwen3_model
 from workers.engines.engine_process import EngineProcess, EngineProcessError
@@ -79,20 +83,7 @@ def test_streamed_chunks_arrive_in_order(engine: EngineProcess) -> None:
 
 
 def test_concurrent_requests_keep_their_own_audio(engine: EngineProcess) -> None:
-    results: dict[int, np.ndarray] = {}
-
-    def work(i: int) -> None:
-        results[i] = engine.synthesize([SpeechRequest(text="x" * (i + 1), voice="ryan",
-                                                      max_new_tokens=20 + i)])[0]
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(64)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for i in range(64):
-        assert len(results[i]) == (20 + i) * SCALE
-        assert set(results[i].tolist()) == {float(i + 1)}
+    assert_concurrent_requests_keep_their_own_audio(engine)
 
 
 def test_an_engine_error_reaches_the_caller_as_itself(engine: EngineProcess) -> None:

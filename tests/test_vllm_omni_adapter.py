@@ -203,8 +203,8 @@ def test_params_carry_seed_tokens_and_priority(config: Qwen3Config) -> None:
     assert prompt["prompt_token_ids"] == [1] * 11
 
 
-def test_concurrent_requests_keep_their_own_state(config: Qwen3Config) -> None:
-    engine, fake = make_engine(config, max_in_flight=16)
+def assert_concurrent_requests_keep_their_own_audio(engine: Any, requests: int = 64) -> None:
+    """Speak `requests` texts from as many threads; each gets back its own length and marker."""
     results: dict[int, np.ndarray] = {}
 
     def work(i: int) -> None:
@@ -212,14 +212,19 @@ def test_concurrent_requests_keep_their_own_state(config: Qwen3Config) -> None:
         results[i] = engine.synthesize([SpeechRequest(text=text, voice="ryan",
                                                       max_new_tokens=20 + i)])[0]
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(64)]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(requests)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    for i in range(64):
+    for i in range(requests):
         assert len(results[i]) == (20 + i) * SCALE
         assert set(results[i].tolist()) == {float(i + 1)}
+
+
+def test_concurrent_requests_keep_their_own_state(config: Qwen3Config) -> None:
+    engine, fake = make_engine(config, max_in_flight=16)
+    assert_concurrent_requests_keep_their_own_audio(engine)
     assert len({c["request_id"] for c in fake.calls}) == 64
 
 
