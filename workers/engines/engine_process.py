@@ -109,6 +109,9 @@ class EngineProcess:
         self._slots = threading.BoundedSemaphore(max_in_flight)
         self._start_timeout = start_timeout
         self._lock = threading.Lock()  # starts, stops and sends
+        # One thread at a time waits on the child: two waitpid() calls race, and the loser
+        # sees a child that is gone as still alive.
+        self._reaping = threading.Lock()
         self._process: Any = None
         self._requests: Connection | None = None
         self._calls: dict[int, _Call] = {}
@@ -122,8 +125,10 @@ class EngineProcess:
     def start(self) -> None:
         """Start the child and its engine, once; again if it has died."""
         with self._lock:
-            if self._process is not None and self._process.is_alive():
-                return
+            if self._process is not None:
+                with self._reaping:
+                    if self._process.is_alive():
+                        return
             context = multiprocessing.get_context("spawn")  # never fork a CUDA parent
             requests_out, requests_in = context.Pipe(duplex=False)
             results_out, results_in = context.Pipe(duplex=False)
@@ -166,16 +171,18 @@ class EngineProcess:
                 call.future.set_result(value)
             else:
                 call.future.set_exception(value)
-        process.join(5)
+        with self._reaping:
+            process.join(5)
+            exitcode = process.exitcode
         with self._lock:
             lost = list(self._calls.values())
             self._calls.clear()
         if lost:
-            log.error("engine.process_exited", model=self.info.id, exitcode=process.exitcode,
+            log.error("engine.process_exited", model=self.info.id, exitcode=exitcode,
                       requests_failed=len(lost))
         for call in lost:
             call.future.set_exception(EngineProcessError(
-                f"engine process exited ({process.exitcode}) with the request in flight"))
+                f"engine process exited ({exitcode}) with the request in flight"))
 
     def close(self) -> None:
         """Stop the engine and its child (worker shutdown)."""
@@ -186,11 +193,13 @@ class EngineProcess:
             return
         with contextlib.suppress(OSError):
             requests.send(None)
-        process.join(180)
-        if process.is_alive():
-            process.kill()
-            process.join(10)
-        log.info("engine.process_stopped", model=self.info.id, exitcode=process.exitcode)
+        with self._reaping:
+            process.join(180)
+            if process.is_alive():
+                process.kill()
+                process.join(10)
+            exitcode = process.exitcode
+        log.info("engine.process_stopped", model=self.info.id, exitcode=exitcode)
 
     def submit(self, request: SpeechRequest, kind: OutputKind,
                on_chunk: Callable[[Audio], None] | None = None) -> concurrent.futures.Future[Audio]:
