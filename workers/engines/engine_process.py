@@ -1,11 +1,11 @@
 """An engine served from a child process of its own, behind the same protocol.
 
 vLLM-Omni's AsyncOmni runs its output loop in the process that created it. In a GPU worker
-that process also runs Celery, SQLAlchemy and the part writes of up to 96 task threads, all
-under one GIL, and the engine's loop waits its turn (bench.gpu_engine: the worker reached
-0.86-0.91 of raw AsyncOmni). Here the engine lives in a spawned child whose only Python work is
-the engine; the worker's threads send requests down a pipe and get audio back (a 20 s segment
-is 1.9 MB of float32: microseconds of copying against seconds of GPU time).
+that process also runs Celery, SQLAlchemy and the part writes of up to 96 task threads under
+one GIL. Here the engine lives in a spawned child whose only Python work is the engine; the
+worker's threads send requests down a pipe and get audio back (a 20 s segment is 1.9 MB of
+float32). bench.gpu_engine on an H100, one run: the worker went from 0.841 to 0.873 of raw
+AsyncOmni's audio-s per wall-s.
 
 The child is started on first use and started again after it dies; the requests it held fail
 with EngineProcessError, so their tasks retry.
