@@ -93,12 +93,12 @@ class Bench:
 
     def start_engine(self, process: bool = False) -> None:
         """Start the engine the worker will get: in this process, or in a child of its own."""
-        from workers.engines import get_engine
+        from workers.engines import get_engine, reset_engine
         from workers.settings import get_settings
 
         os.environ["NARRATOR_VLLM_ENGINE_PROCESS"] = str(process).lower()
         get_settings.cache_clear()
-        get_engine.cache_clear()
+        reset_engine()
         start = time.perf_counter()
         self.engine = get_engine()
         self.engine.start()

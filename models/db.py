@@ -1,8 +1,8 @@
 """Engine and session factories for workers (sync) and the API (async)."""
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,29 @@ def make_async_engine(settings: DatabaseSettings | None = None) -> AsyncEngine:
     return engine
 
 
-@lru_cache
+_BUILDING = threading.Lock()
+_sessions: sessionmaker[Session] | None = None
+
+
 def sync_sessionmaker() -> sessionmaker[Session]:
-    """Return the process-wide sessionmaker for workers."""
-    return sessionmaker(make_engine(), expire_on_commit=False)
+    """Return the process-wide sessionmaker for workers.
+
+    Built once under a lock: threads that ask at once would otherwise each open a pool.
+    """
+    global _sessions
+    with _BUILDING:
+        if _sessions is None:
+            _sessions = sessionmaker(make_engine(), expire_on_commit=False)
+        return _sessions
+
+
+def reset_sessionmaker() -> None:
+    """Close the process-wide pool; the next session opens a new one (tests)."""
+    global _sessions
+    with _BUILDING:
+        if _sessions is not None:
+            _sessions.kw["bind"].dispose()
+        _sessions = None
 
 
 def async_session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:

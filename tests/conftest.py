@@ -228,14 +228,14 @@ def pipeline_env(database_url: str, tmp_path: Path,
     import storage.settings
     import workers.settings
 
-    caches = [models.settings.get_settings, models.db.sync_sessionmaker,
-              storage.settings.get_settings, storage.media.store_for,
-              workers.settings.get_settings]
+    caches = [models.settings.get_settings, storage.settings.get_settings,
+              storage.media.store_for, workers.settings.get_settings]
     monkeypatch.setenv("NARRATOR_DATABASE_URL", database_url)
     monkeypatch.setenv("NARRATOR_DATA_DIR", str(tmp_path))
     for cache in caches:
         cache.cache_clear()
+    models.db.reset_sessionmaker()
     yield
-    models.db.sync_sessionmaker().kw["bind"].dispose()
+    models.db.reset_sessionmaker()
     for cache in caches:
         cache.cache_clear()

@@ -94,13 +94,14 @@ class Stack:
         self.worker.stop()
 
 
-def start_stack(tmp: Path, env: dict[str, str], *, worker: bool = True) -> Stack:
+def start_stack(tmp: Path, env: dict[str, str], *, worker: bool = True,
+                worker_args: tuple[str, ...] = ()) -> Stack:
     """Start `narrator api` and `narrator worker` with `env`, and wait until both are ready."""
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {"NARRATOR_PUBLIC_API_URL": f"http://127.0.0.1:{port}"} | env
     api = Process(narrator("api", "--port", str(port)), env, tmp / "api.log").start()
-    work = Process(narrator("worker"), env, tmp / "worker.log")
+    work = Process(narrator("worker", *worker_args), env, tmp / "worker.log")
     if worker:
         work.start()
     url = f"http://127.0.0.1:{port}"

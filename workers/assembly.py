@@ -73,6 +73,29 @@ class Timeline:
         return round(segment.pause_after * self.rate)
 
 
+class PartLost(Exception):
+    """A done segment's part is missing or not the audio recorded for it: synthesise again."""
+
+    def __init__(self, segment: Segment, reason: str) -> None:
+        super().__init__(f"segment {segment.index}: {reason}")
+        self.segment = segment
+
+
+def read_part(segment: Segment, store: MediaStore, part_key: Callable[[Segment], str]) -> Audio:
+    """Read one part, checking that it is the audio recorded for its segment."""
+    try:
+        with store.open(part_key(segment)) as f:
+            audio, _ = sf.read(f, dtype="float32")
+    except FileNotFoundError:
+        raise PartLost(segment, "its part is missing from storage") from None
+    if not len(audio) or len(audio) != segment.samples:
+        raise PartLost(segment, f"its part holds {len(audio)} samples, "
+                                f"{segment.samples} were recorded")
+    if not np.isfinite(audio).all():
+        raise PartLost(segment, "its part holds samples that are not finite")
+    return np.asarray(audio, dtype=np.float32)
+
+
 def _finished(segments: list[Segment], store: MediaStore, part_key: Callable[[Segment], str],
               lufs: float, rate: int) -> Iterator[Audio]:
     """Yield each part once, finished: normalised to `lufs` (0: as is), edges faded.
@@ -81,8 +104,7 @@ def _finished(segments: list[Segment], store: MediaStore, part_key: Callable[[Se
     synthesised the part: there, every millisecond of CPU delays the engine's next batch.
     """
     for segment in segments:
-        with store.open(part_key(segment)) as f:
-            audio, _ = sf.read(f, dtype="float32")
+        audio = read_part(segment, store, part_key)
         if lufs:
             audio = loudness_normalize(audio, rate, lufs)
         yield fade_edges(np.asarray(audio, dtype=np.float32), rate)
@@ -185,13 +207,18 @@ def sentence_cues(segments: list[Segment], timeline: Timeline,
 
 
 def assemble(job: Job, segments: list[Segment], store: MediaStore, target: MediaStore,
-             part_key: Callable[[Segment], str], lufs: float = 0.0) -> dict[str, Any]:
+             part_key: Callable[[Segment], str], lufs: float = 0.0,
+             checks: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the job's media to `target`; return the result record (keys, not URLs).
 
-    Each part is normalised to `lufs` integrated loudness (0: left as synthesised).
+    Each part is normalised to `lufs` integrated loudness (0: left as synthesised). Each is
+    checked as it is read (PartLost); `checks` are the caller's, recorded in the manifest.
     """
-    with store.open(part_key(segments[0])) as f:
-        rate = sf.info(f).samplerate
+    try:
+        with store.open(part_key(segments[0])) as f:
+            rate = sf.info(f).samplerate
+    except FileNotFoundError:
+        raise PartLost(segments[0], "its part is missing from storage") from None
     timeline = Timeline(segments, rate)
     fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], f"jobs/{job.id}"
     result: dict[str, Any] = {"store": job.output_url, "sample_rate": rate,
@@ -238,6 +265,9 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         "usage": {"input_characters": job.input_characters,
                   "audio_seconds": timeline.total / rate},
         "chapters": [{k: v for k, v in c.items() if k != "key"} for c in chapters],
+        "checks": (checks or {}) | {"parts": {
+            "segments": len(segments), "samples": sum(s.samples or 0 for s in segments),
+            "verified": "every part present, with the samples recorded for its segment"}},
         "segments": [
             {"index": s.index, "chapter": s.chapter, "chars": len(s.text),
              "start_seconds": timeline.starts[n] / rate,

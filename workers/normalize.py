@@ -8,10 +8,11 @@ Qwen3-TTS reads digits unevenly ("1984" as digits, "$5" as "dollar five"), and e
 """
 
 import re
+import threading
 from collections.abc import Callable
 from functools import lru_cache
 
-from num2words import num2words
+import num2words as _num2words
 
 _PUNCTUATION = str.maketrans({
     "\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
@@ -39,6 +40,15 @@ _TITLES = {"Dr.": "Doctor", "Mr.": "Mister", "Mrs.": "Missus", "Ms.": "Miz",
 _CURRENCIES = {"$": "USD", "\u20ac": "EUR", "\u00a3": "GBP"}
 
 Rule = tuple[re.Pattern[str], Callable[[re.Match[str]], str]]
+# num2words keeps one converter object per language, and some converters (tr, ar, da, sl,
+# pt, and every float) write to it while they convert: one conversion at a time.
+_NUM2WORDS = threading.Lock()
+
+
+def num2words(number: int | float, **kwargs: str) -> str:
+    """Return num2words' words for `number`, safe under threads."""
+    with _NUM2WORDS:
+        return str(_num2words.num2words(number, **kwargs))
 
 
 @lru_cache

@@ -7,13 +7,14 @@ Every function re-reads its rows and is safe to run twice.
 import math
 import time
 import uuid
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 import structlog
 from sqlalchemy import exists, insert, select, update
-from sqlalchemy.orm import defer
+from sqlalchemy.orm import Session, defer
 
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
@@ -24,7 +25,7 @@ from workers import assembly, quality
 from workers.engines import Audio, Engine, SpeechRequest, get_engine
 from workers.normalize import spoken
 from workers.settings import get_settings
-from workers.text import Gaps, plan_pieces
+from workers.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 
 log = structlog.get_logger()
 
@@ -46,11 +47,20 @@ def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
                         settings.chapter_gap_seconds)
             language = (job.options.get("language") or "en")[:2]
             texts = [chapter["input"] for chapter in job.chapters]
+            pieces = list(plan_pieces(texts, settings.segment_chars, gaps, language))
+            try:
+                check_plan(texts, pieces)
+            except IncompletePlan as exc:  # never planned short: the job fails, nothing stored
+                log.error("job.plan_incomplete", job_id=str(job_id), error=str(exc))
+                transition(session, job_id, [JobStatus.queued], JobStatus.failed,
+                           completed_at=utcnow(),
+                           error={"code": "plan_incomplete",
+                                  "message": f"planning lost part of the text: {exc}"})
+                return job.model, []
             rows = [
                 {"id": uuid.uuid4(), "job_id": job_id, "index": n, "chapter": piece.chapter,
                  "text": piece.text, "pause_after": piece.pause_after}
-                for n, piece in enumerate(
-                    plan_pieces(texts, settings.segment_chars, gaps, language))
+                for n, piece in enumerate(pieces)
             ]
             if not rows:
                 transition(session, job_id, [JobStatus.queued], JobStatus.failed,
@@ -210,25 +220,86 @@ def job_of(segment_id: uuid.UUID) -> uuid.UUID | None:
         return session.scalar(select(Segment.job_id).where(Segment.id == segment_id))
 
 
-def assemble(job_id: uuid.UUID) -> bool:
-    """Stitch the parts into the final media and mark the job completed; True if it did."""
+def _fail(session: Session, job_id: uuid.UUID, code: str, message: str) -> bool:
+    """Fail an in-progress job with a clear error; True if it moved."""
+    log.error("job.failed", job_id=str(job_id), code=code, error=message)
+    return transition(session, job_id, [JobStatus.in_progress], JobStatus.failed,
+                      completed_at=utcnow(), error={"code": code, "message": message}) is not None
+
+
+def _complete_plan(job: Job, segments: Sequence[Segment]) -> dict[str, int]:
+    """Check that every planned segment is present and that they hold the job's text."""
+    present = [s.index for s in segments]
+    if present != list(range(job.segments_total)):
+        raise IncompletePlan(f"{len(present)} of the {job.segments_total} planned segments "
+                             "are present")
+    return check_plan([c["input"] for c in job.chapters],
+                      [Piece(s.chapter, s.text, s.pause_after) for s in segments])
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """What an assembly did: completed, failed or waiting, and segments to synthesise again."""
+
+    outcome: str
+    model: str = ""
+    again: tuple[uuid.UUID, ...] = ()
+
+
+def _synthesize_again(job: Job, lost: assembly.PartLost, max_attempts: int) -> Assembled:
+    """Put a done segment whose part was lost back to pending; fail the job past its budget."""
+    segment = lost.segment
+    with session_scope() as session:
+        if segment.attempts >= max_attempts:
+            failed = _fail(session, job.id, "part_lost",
+                           f"{lost} (after {segment.attempts} attempts)")
+            return Assembled("failed" if failed else "waiting")
+        moved = session.execute(
+            update(Segment).where(Segment.id == segment.id, Segment.status == SegmentStatus.done)
+            .values(status=SegmentStatus.pending, error=str(lost)[:2000]).returning(Segment.id)
+        ).first()
+        if moved is None:
+            return Assembled("waiting")
+        session.execute(update(Job).where(Job.id == job.id).values(
+            segments_done=Job.segments_done - 1,
+            audio_seconds=Job.audio_seconds - (segment.duration_seconds or 0.0)))
+    log.warning("segment.part_lost", job_id=str(job.id), segment=segment.index, error=str(lost))
+    return Assembled("waiting", job.model, (segment.id,))
+
+
+def assemble(job_id: uuid.UUID) -> Assembled:
+    """Stitch the parts into the final media and mark the job completed.
+
+    A job is never completed short: a missing segment or segments that do not hold the
+    job's text fail it (incomplete_result); a lost or damaged part is synthesised again.
+    """
     settings = get_settings()
     with session_scope() as session:
         job = session.get(Job, job_id)
         if job is None or job.status != JobStatus.in_progress:
-            return False
+            return Assembled("waiting")
         segments = session.scalars(
             select(Segment).where(Segment.job_id == job_id).order_by(Segment.index)
         ).all()
         if any(s.status != SegmentStatus.done for s in segments):
-            return False
+            return Assembled("waiting")
+        try:
+            text_check = _complete_plan(job, segments)
+        except IncompletePlan as exc:
+            failed = _fail(session, job_id, "incomplete_result",
+                           f"the job cannot be assembled whole: {exc}")
+            return Assembled("failed" if failed else "waiting")
         # Tell the reaper that assembly is under way (it re-enqueues stalled jobs only).
         session.execute(update(Job).where(Job.id == job_id).values(updated_at=utcnow()))
         session.expunge_all()
     store = store_for()
     target = store_for(job.output_url) if job.output_url else store
-    result = assembly.assemble(job, list(segments), store, target,
-                               lambda s: part_key(job_id, s.index), settings.loudness_lufs)
+    try:
+        result = assembly.assemble(job, list(segments), store, target,
+                                   lambda s: part_key(job_id, s.index), settings.loudness_lufs,
+                                   checks={"text": text_check})
+    except assembly.PartLost as lost:
+        return _synthesize_again(job, lost, settings.segment_max_attempts)
     with session_scope() as session:
         now = utcnow()
         expires = now + timedelta(hours=settings.result_ttl_hours) \
@@ -236,7 +307,8 @@ def assemble(job_id: uuid.UUID) -> bool:
         moved = transition(session, job_id, [JobStatus.in_progress], JobStatus.completed,
                            result=result, completed_at=now, expires_at=expires,
                            audio_seconds=result["duration_seconds"])
-    if moved is not None:
-        store.delete(f"jobs/{job_id}/parts")  # only a running job needs its parts
-        log.info("job.completed", job_id=str(job_id), seconds=result["duration_seconds"])
-    return moved is not None
+    if moved is None:
+        return Assembled("waiting")
+    store.delete(f"jobs/{job_id}/parts")  # only a running job needs its parts
+    log.info("job.completed", job_id=str(job_id), seconds=result["duration_seconds"])
+    return Assembled("completed")

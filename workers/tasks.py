@@ -16,7 +16,7 @@ from narrator import metrics
 from storage import STORAGE_ERRORS
 from workers import outbound, pipeline, reaper, speech, webhooks
 from workers.app import BATCH, celery_app, model_queues
-from workers.engines import SpeechRequest, get_engine
+from workers.engines import SpeechRequest, get_engine, loaded_engine
 from workers.engines.catalog import catalog
 from workers.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
 from workers.settings import get_settings
@@ -105,10 +105,9 @@ def _leave(**_: Any) -> None:
         _presence.stopped.set()
         with contextlib.suppress(Exception):
             _presence.registry.remove(_presence.id)
-    if get_engine.cache_info().currsize:  # started: stop its GPU processes with the worker
-        close = getattr(get_engine(), "close", None)
-        if close is not None:
-            close()
+    close = getattr(loaded_engine(), "close", None)  # stop its GPU processes with the worker
+    if close is not None:
+        close()
 
 
 def _enqueue(task: str, item_id: str, model: str, countdown: float) -> None:
@@ -171,7 +170,7 @@ def assemble(self: Task[Any, Any], job_id: str) -> None:
     """
     structlog.contextvars.bind_contextvars(job_id=job_id)
     try:
-        completed = pipeline.assemble(uuid.UUID(job_id))
+        assembled = pipeline.assemble(uuid.UUID(job_id))
     except STORAGE_ERRORS as exc:
         settings = get_settings()
         attempt = self.request.retries + 1
@@ -182,7 +181,9 @@ def assemble(self: Task[Any, Any], job_id: str) -> None:
         if pipeline.fail_assembly(uuid.UUID(job_id), repr(exc), attempt):
             notify.apply_async((job_id,), queue=BATCH)
         return
-    if completed:
+    for segment_id in assembled.again:  # a lost part: the job goes on once it is redone
+        synthesize.apply_async((str(segment_id),), queue=model_queues(assembled.model)[1])
+    if assembled.outcome in ("completed", "failed"):
         notify.apply_async((job_id,), queue=BATCH)
 
 

@@ -5,11 +5,19 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from itertools import pairwise
+
+import structlog
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]")
 _BLANK_LINES = re.compile(r"\n\s*\n")
 _SPACES = re.compile(r"\s+")
+log = structlog.get_logger()
+
+
+def _letters(text: str) -> str:
+    """Return the text without whitespace: what a plan must keep, in order."""
+    return _SPACES.sub("", text)
 
 
 def clean(text: str) -> str:
@@ -32,18 +40,29 @@ def paragraphs(text: str) -> Iterator[str]:
 
 
 @lru_cache
-def _segmenter(language: str) -> Any:
-    import pysbd
+def _pysbd_language(language: str) -> str:
+    """Return `language` if pysbd has rules for it, else English."""
+    from pysbd.languages import LANGUAGE_CODES
 
-    try:
-        return pysbd.Segmenter(language=language, clean=False)
-    except ValueError:
-        return pysbd.Segmenter(language="en", clean=False)
+    return language if language in LANGUAGE_CODES else "en"
 
 
 def sentences(paragraph: str, language: str = "en") -> list[str]:
-    """Split a paragraph into sentences with pysbd."""
-    return [s.strip() for s in _segmenter(language).segment(paragraph) if s.strip()]
+    """Split a paragraph into sentences with pysbd.
+
+    A Segmenter per call: pysbd keeps the text it is splitting on the instance, so a shared
+    one mixes up the texts of threads that split at once. Building one costs under 1 µs
+    against about 900 µs to split a paragraph (bench.segmenter).
+    """
+    import pysbd
+
+    segmenter = pysbd.Segmenter(language=_pysbd_language(language), clean=False)
+    found = [s.strip() for s in segmenter.segment(paragraph) if s.strip()]
+    if _letters("".join(found)) != _letters(paragraph):
+        # pysbd drops characters from some odd punctuation runs: keep the text, split coarser.
+        log.warning("text.split_lossy", chars=len(paragraph))
+        return [paragraph.strip()] if paragraph.strip() else []
+    return found
 
 
 def _hard_split(sentence: str, limit: int) -> Iterator[str]:
@@ -139,3 +158,32 @@ def plan_pieces(chapters: list[str], limit: int, gaps: Gaps,
             explicit = [seconds for seconds, marked in following if marked]
             pause = sum(explicit) if explicit else max(seconds for seconds, _ in following)
             yield Piece(number, str(events[index]), pause)
+
+
+class IncompletePlan(ValueError):
+    """The planned segments do not hold the job's text exactly."""
+
+
+def check_plan(chapters: list[str], pieces: list[Piece]) -> dict[str, int]:
+    """Check that the pieces hold every chapter's text, whole and in order.
+
+    Whitespace and `[pause:Ns]` marks aside, the pieces of each chapter must spell its text
+    exactly. Return what was checked (for the manifest); raise IncompletePlan at the first gap.
+    """
+    if any(b.chapter < a.chapter for a, b in pairwise(pieces)):
+        raise IncompletePlan("the planned segments are out of chapter order")
+    characters = 0
+    for number, text in enumerate(chapters):
+        expected = "".join(_letters(PAUSE.sub("", p)) for p in paragraphs(clean(text)))
+        got = "".join(_letters(p.text) for p in pieces if p.chapter == number)
+        if got != expected:
+            at = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b),
+                      min(len(got), len(expected)))
+            raise IncompletePlan(
+                f"chapter {number + 1}: the planned segments hold {len(got)} of its "
+                f"{len(expected)} characters (whitespace aside) and part from its text at "
+                f"character {at}, near {expected[max(0, at - 20):at + 20]!r}")
+        characters += len(expected)
+    if any(p.chapter >= len(chapters) for p in pieces):
+        raise IncompletePlan("a planned segment belongs to no chapter of the job")
+    return {"chapters": len(chapters), "segments": len(pieces), "characters": characters}

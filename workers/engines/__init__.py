@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -61,9 +62,33 @@ def drain(future: "concurrent.futures.Future[Audio]", chunks: "queue.SimpleQueue
                 return
 
 
-@lru_cache
+_LOADING = threading.Lock()
+
+
 def get_engine() -> Engine:
-    """Load the configured engine once per process, lazily, on first use."""
+    """Return the process's engine, loading it on first use.
+
+    One thread loads it while the others wait: lru_cache alone would let two threads that
+    ask at once each build an engine (two vLLM-Omni engines on one GPU).
+    """
+    with _LOADING:
+        return _load()
+
+
+def loaded_engine() -> Engine | None:
+    """Return the engine if it has been loaded, else None (never loads it)."""
+    with _LOADING:
+        return _load() if _load.cache_info().currsize else None
+
+
+def reset_engine() -> None:
+    """Forget the loaded engine (tests and benchmarks that change the settings)."""
+    with _LOADING:
+        _load.cache_clear()
+
+
+@lru_cache
+def _load() -> Engine:
     settings = get_settings()
     info = catalog(settings)[0]
     if info.engine == "piper":

@@ -1,0 +1,86 @@
+"""Shared state under threads: GPU workers run a threads pool and the API runs work in threads.
+
+Every check runs the same work sequentially first, then from many threads at once released
+by a barrier, and requires identical results.
+"""
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from workers.normalize import spoken
+from workers.text import Gaps, plan_pieces, sentences
+
+THREADS = 8
+ROUNDS = 5
+
+
+def _at_once(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run the calls in threads that all start together; return their results in order."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call: Callable[[], Any]) -> Any:
+        barrier.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(run, calls))
+
+
+def _text(n: int, sentences_per_paragraph: int = 16) -> str:
+    """A distinct multi-paragraph text: every sentence names its text and its place."""
+    paragraphs = []
+    for p in range(3):
+        paragraphs.append(" ".join(
+            f"Text {n} paragraph {p} sentence {s} is about item {n * 100 + s}, Dr. Lee said."
+            for s in range(sentences_per_paragraph)))
+    return "\n\n".join(paragraphs)
+
+
+def test_threads_planning_distinct_texts_at_once_get_their_sequential_plans() -> None:
+    texts = [_text(n) for n in range(THREADS)]
+    expected = [list(plan_pieces([t], 120, Gaps())) for t in texts]
+    assert all(len(pieces) > 10 for pieces in expected)
+    for _ in range(ROUNDS):
+        got = _at_once([lambda t=t: list(plan_pieces([t], 120, Gaps()))  # type: ignore[misc]
+                        for t in texts])
+        assert got == expected
+
+
+def test_threads_splitting_shared_sentences_at_once_keep_every_sentence() -> None:
+    # Texts that share most sentences: a swapped text would be hard to tell from its own.
+    common = " ".join(f"Shared sentence {s} of the book." for s in range(60))
+    texts = [f"Opening of copy {n}. {common} Closing of copy {n}." for n in range(THREADS)]
+    expected = [sentences(t) for t in texts]
+    assert all(len(s) == 62 for s in expected)
+    for _ in range(ROUNDS):
+        assert _at_once([lambda t=t: sentences(t) for t in texts]) == expected  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("language", ["en", "tr", "ar", "da"])
+def test_spoken_form_under_threads_matches_the_sequential_one(language: str) -> None:
+    # num2words keeps one converter per language and some write to it while converting.
+    texts = [f"{n * 7919 + 13} and {n}.{n + 5} and {1000 + n * 37}" for n in range(THREADS * 4)]
+    expected = [spoken(t, language) for t in texts]
+    for _ in range(ROUNDS):
+        assert _at_once([lambda t=t: spoken(t, language)  # type: ignore[misc]
+                         for t in texts]) == expected
+
+
+def test_the_engine_is_built_once_when_threads_ask_for_it_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.engines
+    import workers.settings
+
+    monkeypatch.setenv("NARRATOR_ENGINE", "piper")
+    workers.settings.get_settings.cache_clear()
+    workers.engines.reset_engine()
+    try:
+        engines = _at_once([workers.engines.get_engine] * THREADS)
+        assert len({id(engine) for engine in engines}) == 1
+    finally:
+        workers.engines.reset_engine()
+        workers.settings.get_settings.cache_clear()
