@@ -130,22 +130,26 @@ def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
 @cli.command()
 def worker(
     queues: Annotated[str, typer.Option(
-        help="comma-separated queues (default: realtime.<model>, batch.<model>, batch)")] = "",
+        help="comma-separated queues (default: realtime.<model>, batch.<model>, batch); "
+             "realtime.* ones get the worker's realtime lane")] = "",
     pool: Annotated[str, typer.Option(help="solo for Piper, threads for vLLM-Omni")] = "",
     concurrency: int = 0,
     loglevel: str = "INFO",
 ) -> None:
     """Run a Celery worker on the configured engine."""
-    from workers.app import celery_app, worker_queues
+    from workers.app import celery_app, split_queues, worker_queues
     from workers.engines.catalog import catalog
     from workers.settings import get_settings
 
     settings = get_settings()
     queues = queues or ",".join(worker_queues([m.id for m in catalog(settings)]))
     os.environ["NARRATOR_WORKER_QUEUES"] = queues  # published in the worker registry
+    # Realtime queues go to the worker's realtime lane (workers.realtime), the rest to
+    # Celery's pool, so batch work never holds the threads sync speech needs.
+    pooled, _ = split_queues(queues.split(","))
     pool = pool or ("solo" if settings.engine == "piper" else "threads")
-    argv = ["worker", "-Q", queues, "--pool", pool, "-l", loglevel, "--without-mingle",
-            "--without-gossip", "--without-heartbeat"]
+    argv = ["worker", "-Q", ",".join(pooled), "--pool", pool, "-l", loglevel,
+            "--without-mingle", "--without-gossip", "--without-heartbeat"]
     if not concurrency and pool == "threads":
         # Every in-flight segment shares the GPU; the extra threads write finished parts.
         concurrency = settings.worker_threads or settings.vllm_max_in_flight * 3 // 2

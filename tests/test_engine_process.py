@@ -5,37 +5,22 @@ GPU engine boundary, as in test_vllm_omni_adapter.py); the process, the pipe, th
 and the restart after a crash are real.
 """
 
-import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.test_vllm_omni_adapter import (
-    MODEL,
-    SCALE,
-    FakeOmni,
-    assert_concurrent_requests_keep_their_own_audio,
-)
+from tests.doubles.omni import SCALE, FakeOmni, SlowOmni
+from tests.test_vllm_omni_adapter import MODEL, assert_concurrent_requests_keep_their_own_audio
 from workers.engines import SpeechRequest
 from workers.engines.catalog import qwen3_model
 from workers.engines.engine_process import EngineProcess, EngineProcessError
 from workers.engines.qwen3_tts import OutputKind, Qwen3Config
 from workers.engines.vllm_omni import VllmOmniEngine
-
-
-class SlowOmni(FakeOmni):
-    """FakeOmni that takes 2 ms per frame, so a long request can be caught running."""
-
-    async def generate(self, prompt: dict[str, Any], request_id: str,
-                       sampling_params_list: list[Any], priority: int) -> AsyncIterator[Any]:
-        await asyncio.sleep(sampling_params_list[0].max_tokens * 0.002)
-        async for item in super().generate(prompt, request_id, sampling_params_list, priority):
-            yield item
 
 
 def build(slow: bool = False) -> VllmOmniEngine:

@@ -5,9 +5,7 @@ AsyncOmni.generate() and its three output shapes. The real engine runs in the gp
 and in bench/gpu_engine.py on the lent H100.
 """
 
-import asyncio
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.doubles.omni import SCALE, FakeOmni, FakeTensor, output
 from workers.engines import SpeechRequest
 from workers.engines.catalog import qwen3_model
 from workers.engines.qwen3_tts import (
@@ -27,70 +26,6 @@ from workers.engines.qwen3_tts import (
 from workers.engines.vllm_omni import BATCH_PRIORITY, REALTIME_PRIORITY, VllmOmniEngine
 
 MODEL = Path(__file__).parent / "data" / "qwen3-tts-0.6b-customvoice"
-SCALE = 10  # samples per frame in the fake, instead of 1920
-
-
-class FakeTensor:
-    """Quacks like a torch tensor on a GPU."""
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values
-
-    def detach(self) -> "FakeTensor":
-        return self
-
-    def float(self) -> "FakeTensor":
-        return self
-
-    def cpu(self) -> "FakeTensor":
-        return self
-
-    def numpy(self) -> np.ndarray:
-        return self.values
-
-
-def output(audio: Any) -> Any:
-    completion = SimpleNamespace(multimodal_output={"audio": audio})
-    return SimpleNamespace(request_output=SimpleNamespace(outputs=[completion]))
-
-
-class FakeOmni:
-    """AsyncOmni's generate(): audio made of the request's marker value, in chunks."""
-
-    def __init__(self, shape: str) -> None:
-        self.shape = shape
-        self.calls: list[dict[str, Any]] = []
-        self.shut_down = 0
-        self.default_sampling_params_list = [
-            SimpleNamespace(max_tokens=4096, min_tokens=2, seed=None, extra_args=None,
-                            output_kind=None),
-            SimpleNamespace(max_tokens=65536, output_kind=None)]
-
-    def shutdown(self) -> None:
-        self.shut_down += 1
-
-    async def generate(self, prompt: dict[str, Any], request_id: str,
-                       sampling_params_list: list[Any], priority: int) -> AsyncIterator[Any]:
-        self.calls.append({"prompt": prompt, "request_id": request_id,
-                           "params": sampling_params_list, "priority": priority})
-        frames = sampling_params_list[0].max_tokens
-        marker = float(len(prompt["additional_information"]["text"][0]))
-        chunks = [np.full(SCALE * min(25, frames - start), marker, dtype=np.float32)
-                  for start in range(0, frames, 25)]
-        kind = sampling_params_list[0].output_kind
-        yield SimpleNamespace(request_output=None, multimodal_output=None)  # a stage-0 output
-        for n in range(len(chunks)):
-            await asyncio.sleep(0)  # let other requests interleave
-            if kind is OutputKind.DELTA:
-                yield output([FakeTensor(chunks[n])])
-            elif kind is OutputKind.CUMULATIVE:
-                yield output([FakeTensor(c) for c in chunks[: n + 1]])
-        if kind is OutputKind.FINAL_ONLY:
-            whole = np.concatenate(chunks)
-            yield output(FakeTensor(whole) if self.shape == "tensor" else
-                         [FakeTensor(c) for c in chunks])
-
-
 @pytest.fixture(scope="module")
 def config() -> Qwen3Config:
     return Qwen3Config.load(MODEL)

@@ -26,6 +26,16 @@ def worker_queues(model_ids: list[str]) -> list[str]:
     return [q for q, _ in pairs] + [q for _, q in pairs] + [BATCH]
 
 
+def split_queues(queues: list[str]) -> tuple[list[str], list[str]]:
+    """Split a worker's queues into Celery's pool and the realtime lane (workers.realtime).
+
+    A worker with only realtime queues has no batch work to starve them: its pool takes them.
+    """
+    lane = [q for q in queues if q.startswith(f"{REALTIME}.")]
+    pooled = [q for q in queues if q not in lane]
+    return (pooled, lane) if pooled else (lane, [])
+
+
 def broker_options(settings: WorkerSettings) -> tuple[str, dict[str, Any]]:
     """Return the broker URL and its transport options."""
     if not settings.embedded_broker:

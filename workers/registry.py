@@ -21,6 +21,7 @@ from workers.engines.catalog import ModelInfo, VoiceInfo
 from workers.settings import WorkerSettings
 
 TTL_SECONDS = 30
+FAILED_TTL_SECONDS = 600  # a worker whose engine failed exits; /readyz says why for this long
 REFRESH_SECONDS = 10
 PREFIX = "narrator:worker:"
 
@@ -30,10 +31,16 @@ class WorkerRecord:
     """One worker process as it describes itself."""
 
     id: str
-    state: str  # warming | ready
+    state: str  # warming | ready | failed
     queues: tuple[str, ...]
     models: tuple[ModelInfo, ...]
     at: float
+    reason: str = ""  # why a failed worker failed
+
+    @property
+    def ttl(self) -> int:
+        """Return how long the record lives without a refresh."""
+        return FAILED_TTL_SECONDS if self.state == "failed" else TTL_SECONDS
 
     def dump(self) -> bytes:
         """Serialise to JSON."""
@@ -44,7 +51,8 @@ class WorkerRecord:
         """Parse what `dump` wrote."""
         data = orjson.loads(raw)
         return cls(id=data["id"], state=data["state"], queues=tuple(data["queues"]),
-                   models=tuple(_model(m) for m in data["models"]), at=data["at"])
+                   models=tuple(_model(m) for m in data["models"]), at=data["at"],
+                   reason=data.get("reason", ""))
 
 
 def _model(data: dict[str, Any]) -> ModelInfo:
@@ -77,7 +85,7 @@ class RedisRegistry:
 
     def publish(self, record: WorkerRecord) -> None:
         """Write or refresh a record."""
-        self.client.set(PREFIX + record.id, record.dump(), ex=TTL_SECONDS)
+        self.client.set(PREFIX + record.id, record.dump(), ex=record.ttl)
 
     def remove(self, worker: str) -> None:
         """Forget a worker that is stopping."""
@@ -115,8 +123,11 @@ class FileRegistry:
         now, records = time.time(), []
         for path in self.root.glob("*.json") if self.root.exists() else ():
             try:
-                if now - path.stat().st_mtime < TTL_SECONDS:
-                    records.append(WorkerRecord.load(path.read_bytes()))
+                age = now - path.stat().st_mtime
+                if age < FAILED_TTL_SECONDS:
+                    record = WorkerRecord.load(path.read_bytes())
+                    if age < record.ttl:
+                        records.append(record)
             except (OSError, ValueError):
                 continue
         return records

@@ -40,13 +40,22 @@ class WorkerSettings(BaseSettings):
     # Worker threads; 0: 1.5 x the in-flight bound, so finished segments are written while
     # new ones already occupy the engine (bench.worker_overhead).
     worker_threads: int = 0
+    # Threads only sync speech uses (the realtime lane); 0: 8 on vLLM-Omni (the headroom its
+    # deploy config keeps above VLLM_MAX_IN_FLIGHT), 1 on Piper (ONNX Runtime uses every core).
+    realtime_threads: int = 0
     vllm_stage_init_timeout: int = 900
     vllm_priority: bool = True
-    vllm_warmup_batch: int = 64
+    vllm_warmup_batch: int = 0  # requests in the warm-up batch; 0: VLLM_MAX_IN_FLIGHT
+    vllm_warmup_tokens: int = 250  # frames per warm-up request (20 s of audio, a segment)
     # The engine in a child process of its own, away from the worker's GIL (bench.gpu_engine).
     vllm_engine_process: bool = True
     cache_dir: str = ""
     result_ttl_hours: float = 0.0
+
+    @property
+    def realtime_lane_threads(self) -> int:
+        """Return the realtime lane's thread count."""
+        return self.realtime_threads or (1 if self.engine == "piper" else 8)
 
     @property
     def embedded_broker(self) -> bool:

@@ -5,6 +5,7 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -15,11 +16,12 @@ from celery.signals import task_postrun, task_prerun, worker_init, worker_shutdo
 from narrator import metrics
 from storage import STORAGE_ERRORS
 from workers import outbound, pipeline, reaper, speech, webhooks
-from workers.app import BATCH, celery_app, model_queues
-from workers.engines import SpeechRequest, get_engine, loaded_engine
+from workers.app import BATCH, celery_app, model_queues, split_queues
+from workers.engines import Engine, SpeechRequest, get_engine, loaded_engine
 from workers.engines.catalog import catalog
+from workers.realtime import RealtimeLane
 from workers.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
-from workers.settings import get_settings
+from workers.settings import WorkerSettings, get_settings
 
 log = structlog.get_logger()
 
@@ -33,13 +35,14 @@ class _Presence:
         self.queues = tuple(os.environ.get("NARRATOR_WORKER_QUEUES", "realtime,batch").split(","))
         self.models = catalog(settings)
         self.state = "warming"
+        self.reason = ""
         self.id = worker_id()
         self.stopped = threading.Event()
 
     def publish(self) -> None:
         try:
             self.registry.publish(WorkerRecord(self.id, self.state, self.queues, self.models,
-                                               time.time()))
+                                               time.time(), self.reason))
         except Exception:  # the registry is advisory: never let it stop the worker
             log.warning("worker.registry_failed", worker=self.id, exc_info=True)
 
@@ -50,6 +53,8 @@ class _Presence:
 
 _presence: _Presence | None = None
 _busy: metrics.BusyMeter | None = None
+_lane: RealtimeLane | None = None
+ENGINE_FAILED_EXIT = 3  # the worker's exit status when its engine cannot start
 
 
 @task_prerun.connect
@@ -68,43 +73,89 @@ def _task_ended(**_: Any) -> None:
     structlog.contextvars.clear_contextvars()
 
 
+def warm_up(engine: Engine, settings: WorkerSettings) -> None:
+    """Run the engine through the shapes a job and sync speech use, before taking work.
+
+    On vLLM-Omni: a full batch (VLLM_WARMUP_BATCH, default the in-flight bound) of whole
+    requests through both stages at segment length, then a streamed realtime request, so
+    Triton and CUDA graphs meet every batch size a job reaches before the first job does.
+    """
+    voice = engine.info.voices[0].id if engine.info.voices else ""
+    if not voice:
+        engine.start()
+        return
+    if engine.info.engine != "vllm-omni":
+        engine.synthesize([SpeechRequest(text="Ready.", voice=voice)])
+        return
+    request = SpeechRequest(text=WARM_UP_TEXT, voice=voice,
+                            max_new_tokens=settings.vllm_warmup_tokens)
+    batch = settings.vllm_warmup_batch or settings.vllm_max_in_flight
+    started = time.perf_counter()
+    engine.synthesize([replace(request, request_id=f"warm-up-{n}") for n in range(batch)])
+    for _ in engine.stream(replace(request, request_id="warm-up-stream", realtime=True)):
+        pass
+    log.info("engine.warmed_up", batch=batch, frames=settings.vllm_warmup_tokens,
+             seconds=round(time.perf_counter() - started, 1))
+
+
+WARM_UP_TEXT = ("The warm-up runs every shape of work once, so that the first job after a "
+                "start runs as fast as the ones after it.")
+
+
 @worker_init.connect
 def _warm_engine(**_: Any) -> None:
-    """Load the engine and run it once before the worker takes tasks (solo/threads pools).
+    """Load the engine and warm it up before the worker takes tasks (solo/threads pools).
 
     The worker consumes nothing until this returns, so no segment waits on a cold engine.
+    An engine that cannot start ends the worker with status ENGINE_FAILED_EXIT before it
+    consumes anything; its registry record says why (/readyz lists it), and the process
+    supervisor (compose's restart policy, Kubernetes) restarts it with backoff.
     """
-    global _presence, _busy
+    global _presence, _busy, _lane
+    settings = get_settings()
     _presence = _Presence()
     _busy = metrics.BusyMeter(_presence.id)
     _busy.start()
-    if get_settings().metrics_port:
-        metrics.serve(get_settings().metrics_port)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
     _presence.publish()
     threading.Thread(target=_presence.refresh, name="registry", daemon=True).start()
-    engine = get_engine()
-    voice = engine.info.voices[0].id if engine.info.voices else ""
-    if voice:
-        engine.synthesize([SpeechRequest(text="Ready.", voice=voice, max_new_tokens=16)])
-    else:
-        engine.start()
+    try:
+        engine = get_engine()
+        warm_up(engine, settings)
+    except Exception as exc:
+        _presence.stopped.set()
+        _presence.state, _presence.reason = "failed", f"{type(exc).__name__}: {exc}"[:1000]
+        _presence.publish()
+        log.error("engine.failed", reason=_presence.reason)
+        close = getattr(loaded_engine(), "close", None)
+        if close is not None:
+            close()
+        raise SystemExit(ENGINE_FAILED_EXIT) from exc
     _presence.state = "ready"
     _presence.publish()
-    settings = get_settings()
     reaper.start(settings.reaper_interval_seconds, settings.segment_stale_seconds, _enqueue,
                  settings.segment_max_attempts, settings.retry_backoff_seconds)
+    lane_queues = split_queues(list(_presence.queues))[1]
+    if lane_queues:
+        _lane = RealtimeLane(celery_app.connection_for_read(), lane_queues,
+                             settings.realtime_lane_threads, speech.speak)
+        _lane.start()
     log.info("engine.ready", engine=engine.info.engine, model=engine.info.id)
 
 
 @worker_shutdown.connect
 def _leave(**_: Any) -> None:
+    if _lane is not None:
+        _lane.stop()
     if _busy is not None:
         _busy.stop()
     metrics.process_exited(os.getpid())
     if _presence is not None:
         _presence.stopped.set()
-        with contextlib.suppress(Exception):
-            _presence.registry.remove(_presence.id)
+        if _presence.state != "failed":  # a failed worker's record says why it stopped
+            with contextlib.suppress(Exception):
+                _presence.registry.remove(_presence.id)
     close = getattr(loaded_engine(), "close", None)  # stop its GPU processes with the worker
     if close is not None:
         close()

@@ -44,8 +44,11 @@ async def readyz(state: StateDep) -> Json:
     failing = [k for k, v in checks.items() if v != "ok"]
     workers = await state.catalogue.workers() if "broker" not in failing else []
     # Workers are reported, not required: jobs queue up until one is ready.
-    summary = {"ready": sum(w.state == "ready" for w in workers),
-               "warming": sum(w.state == "warming" for w in workers)}
+    summary: dict[str, Any] = {
+        "ready": sum(w.state == "ready" for w in workers),
+        "warming": sum(w.state == "warming" for w in workers),
+        "failed": [{"worker": w.id, "reason": w.reason} for w in workers if w.state == "failed"],
+    }
     if not failing:
         return Json({"status": "ok", "checks": checks, "workers": summary})
     return Json({"error": {"message": f"not ready: {', '.join(failing)} unreachable",

@@ -62,6 +62,27 @@ def drain(future: "concurrent.futures.Future[Audio]", chunks: "queue.SimpleQueue
                 return
 
 
+class _Unbounded:
+    """A semaphore that never waits (realtime requests: the lane's threads bound them)."""
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing to release."""
+
+
+_UNBOUNDED = _Unbounded()
+
+
+def slots_for(request: SpeechRequest,
+               batch: threading.BoundedSemaphore) -> "threading.BoundedSemaphore | _Unbounded":
+    """Return the bound a request waits on: batch requests share VLLM_MAX_IN_FLIGHT slots
+    (GPU memory); realtime ones never wait behind them (the lane's threads bound them, and
+    the deploy config keeps that many sequences of headroom)."""
+    return _UNBOUNDED if request.realtime else batch
+
+
 _LOADING = threading.Lock()
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from workers.engines import Audio, SpeechRequest, drain
+from workers.engines import Audio, SpeechRequest, drain, slots_for
 from workers.engines.catalog import ModelInfo
 from workers.engines.qwen3_tts import OutputKind, Reference
 
@@ -206,9 +206,10 @@ class EngineProcess:
         """Send one request to the child; the future resolves with its audio."""
         self.start()
         reference = self._references(request.voice)  # storage reads stay in this process
-        self._slots.acquire()  # bounds in-flight requests, and so GPU memory
+        slots = slots_for(request, self._slots)
+        slots.acquire()
         call_id, call = next(self._ids), _Call(on_chunk)
-        call.future.add_done_callback(lambda _: self._slots.release())
+        call.future.add_done_callback(lambda _: slots.release())
         with self._lock:
             self._calls[call_id] = call
             try:

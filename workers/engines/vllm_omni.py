@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from workers.engines import Audio, SpeechRequest, drain
+from workers.engines import Audio, SpeechRequest, drain, slots_for
 from workers.engines.catalog import ModelInfo
 from workers.engines.qwen3_tts import (
     AudioCollector,
@@ -163,8 +163,8 @@ class VllmOmniEngine:
         """Put one request on the engine's loop; the future resolves with its audio."""
         self.start()
         assert self._loop is not None
-        slots = self._slots
-        slots.acquire()  # bounds in-flight requests, and so GPU memory
+        slots = slots_for(request, self._slots)
+        slots.acquire()
         try:
             future = asyncio.run_coroutine_threadsafe(
                 self._run(request, reference, kind, on_chunk), self._loop)

@@ -1,0 +1,1 @@
+"""Test doubles, only at the GPU engine boundary."""

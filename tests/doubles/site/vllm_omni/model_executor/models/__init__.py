@@ -1,0 +1,1 @@
+"""Part of the vLLM-Omni stand-in (tests/doubles/site)."""
