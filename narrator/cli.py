@@ -130,7 +130,8 @@ def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
 @cli.command()
 def worker(
     queues: Annotated[str, typer.Option(
-        help="comma-separated queues (default: realtime.<model>, batch.<model>, batch); "
+        help="comma-separated queues (default: realtime.<model>, batch.<model>, batch, and "
+             "assembly on CPU engines); "
              "realtime.* ones get the worker's realtime lane")] = "",
     pool: Annotated[str, typer.Option(help="solo for Piper, threads for vLLM-Omni")] = "",
     concurrency: int = 0,
@@ -142,7 +143,9 @@ def worker(
     from workers.settings import get_settings
 
     settings = get_settings()
-    queues = queues or ",".join(worker_queues([m.id for m in catalog(settings)]))
+    # GPU workers leave assembly to CPU workers while any run (workers.tasks.assembly_queue).
+    queues = queues or ",".join(worker_queues([m.id for m in catalog(settings)],
+                                              assembles=settings.engine == "piper"))
     os.environ["NARRATOR_WORKER_QUEUES"] = queues  # published in the worker registry
     # Realtime queues go to the worker's realtime lane (workers.realtime), the rest to
     # Celery's pool, so batch work never holds the threads sync speech needs.

@@ -10,7 +10,8 @@ from workers import embedded_broker
 from workers.settings import WorkerSettings, get_settings
 
 REALTIME = "realtime"
-BATCH = "batch"  # plan and assemble: any worker
+BATCH = "batch"  # plans and webhooks: any worker (and assembly where no worker takes ASSEMBLY)
+ASSEMBLY = "assembly"  # assembly: CPU workers, so a GPU worker never idles its GPU on it
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -20,10 +21,11 @@ def model_queues(model_id: str) -> tuple[str, str]:
     return f"{REALTIME}.{name}", f"{BATCH}.{name}"
 
 
-def worker_queues(model_ids: list[str]) -> list[str]:
+def worker_queues(model_ids: list[str], assembles: bool = True) -> list[str]:
     """Return the queues a worker serving `model_ids` consumes, realtime first."""
     pairs = [model_queues(m) for m in model_ids]
-    return [q for q, _ in pairs] + [q for _, q in pairs] + [BATCH]
+    return [q for q, _ in pairs] + [q for _, q in pairs] + [BATCH] + \
+        ([ASSEMBLY] if assembles else [])
 
 
 def split_queues(queues: list[str]) -> tuple[list[str], list[str]]:
@@ -68,7 +70,7 @@ def queue_depths(settings: WorkerSettings) -> dict[str, int]:
 
     client = redis.Redis.from_url(settings.broker_url, socket_timeout=2)
     try:
-        names = sorted({key.decode() for pattern in (f"{REALTIME}.*", f"{BATCH}*")
+        names = sorted({key.decode() for pattern in (f"{REALTIME}.*", f"{BATCH}*", ASSEMBLY)
                         for key in client.scan_iter(match=pattern, _type="list")})
         pipe = client.pipeline()
         for name in names:

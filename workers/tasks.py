@@ -16,7 +16,7 @@ from celery.signals import task_postrun, task_prerun, worker_init, worker_shutdo
 from narrator import metrics
 from storage import STORAGE_ERRORS
 from workers import outbound, pipeline, reaper, speech, webhooks
-from workers.app import BATCH, celery_app, model_queues, split_queues
+from workers.app import ASSEMBLY, BATCH, celery_app, model_queues, split_queues
 from workers.engines import Engine, SpeechRequest, get_engine, loaded_engine
 from workers.engines.catalog import catalog
 from workers.realtime import RealtimeLane
@@ -161,9 +161,25 @@ def _leave(**_: Any) -> None:
         close()
 
 
+def assembly_queue() -> str:
+    """Return where assembly goes: ASSEMBLY while a live worker takes it, else BATCH.
+
+    CPU workers take ASSEMBLY and GPU workers do not, so a GPU never idles through an
+    assembly while a CPU worker runs; with no CPU worker, GPU workers assemble (BATCH).
+    """
+    registry = _presence.registry if _presence is not None else registry_for(get_settings())
+    try:
+        takers = [w for w in registry.live() if ASSEMBLY in w.queues and w.state == "ready"]
+    except Exception:  # the registry is advisory: every worker can assemble from BATCH
+        log.warning("assembly.registry_unavailable", exc_info=True)
+        takers = []
+    return ASSEMBLY if takers else BATCH
+
+
 def _enqueue(task: str, item_id: str, model: str, countdown: float) -> None:
     """Send a task by name to the queue it belongs on (the reaper's re-enqueue)."""
-    queue = model_queues(model)[1] if task == "narrator.synthesize" else BATCH
+    queue = model_queues(model)[1] if task == "narrator.synthesize" else \
+        assembly_queue() if task == "narrator.assemble" else BATCH
     celery_app.send_task(task, args=[item_id], queue=queue, countdown=countdown or None)
 
 
@@ -173,7 +189,7 @@ def plan(job_id: str) -> None:
     structlog.contextvars.bind_contextvars(job_id=job_id)
     model, ids = pipeline.plan(uuid.UUID(job_id))
     if ids == [uuid.UUID(job_id)]:
-        assemble.apply_async((job_id,), queue=BATCH)
+        assemble.apply_async((job_id,), queue=assembly_queue())
         return
     queue = model_queues(model)[1]  # only workers serving the job's model take its segments
     for segment_id in ids:
@@ -209,7 +225,7 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
             notify.apply_async((str(job),), queue=BATCH)  # the job failed: tell its owner
         return
     if job_id is not None:
-        assemble.apply_async((str(job_id),), queue=BATCH)
+        assemble.apply_async((str(job_id),), queue=assembly_queue())
 
 
 @celery_app.task(name="narrator.assemble", bind=True)

@@ -1,4 +1,5 @@
-"""Sync speech never waits behind batch work: a saturated GPU worker still starts it at once.
+"""A GPU worker as deployed, on the CPU: sync speech never waits behind batch work, an engine
+that cannot start consumes nothing, and assembly goes to CPU workers while any run.
 
 Real API and `narrator worker` processes on Postgres and Redis, with NARRATOR_ENGINE=
 vllm-omni: the real adapter and engine process run over the CPU engine double
@@ -9,6 +10,7 @@ well under one segment's time.
 """
 
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import redis
 
 from tests.conftest import base_env, redis_url
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
-from tests.support import Stack, start_stack, wait_job
+from tests.support import Process, Stack, narrator, start_stack, wait_for, wait_job
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "tests" / "data" / "qwen3-tts-0.6b-customvoice"
@@ -89,9 +91,9 @@ def test_a_saturated_worker_answers_sync_and_streamed_speech_at_once(gpu_stack: 
 
 def test_a_worker_whose_engine_cannot_start_consumes_nothing_and_says_why(
         tmp_path: Path, database_url: str) -> None:
-    redis.Redis.from_url(redis_url(5)).flushdb()
+    redis.Redis.from_url(redis_url(14)).flushdb()  # not the module's stack's broker
     # vLLM-Omni is not installed here, and the double is not on the path: the engine fails.
-    env = base_env(tmp_path, database_url, 5) | gpu_double_env() | {"PYTHONPATH": str(ROOT)}
+    env = base_env(tmp_path, database_url, 14) | gpu_double_env() | {"PYTHONPATH": str(ROOT)}
     stack = start_stack(tmp_path, env, worker=False)
     try:
         with stack.client() as http:
@@ -108,3 +110,25 @@ def test_a_worker_whose_engine_cannot_start_consumes_nothing_and_says_why(
             assert "engine failed to start" in workers["failed"][0]["reason"]
     finally:
         stack.stop()
+
+
+def test_assembly_goes_to_a_cpu_worker_while_one_runs(gpu_stack: Stack, tmp_path: Path) -> None:
+    env = gpu_stack.env | {"NARRATOR_ENGINE": "piper"}
+    env.pop("NARRATOR_MODEL")
+    cpu = Process(narrator("worker"), env, tmp_path / "cpu-worker.log").start()
+    try:
+        wait_for(lambda: "engine.ready" in cpu.output(), 60, "the CPU worker")
+        with gpu_stack.client() as http:
+            created = http.post("/v1/audio/jobs", json={
+                "input": "One.\n\nTwo.\n\nThree.", "max_new_tokens": 20})
+            job = wait_job(http, created.json()["id"], timeout=60)
+        assert job["status"] == "completed", job
+        job_id = str(uuid.UUID(hex=job["id"].removeprefix("job_")))
+
+        def completed(log: str) -> bool:
+            return any("job.completed" in line and job_id in line for line in log.splitlines())
+
+        assert completed(cpu.output()), cpu.output()[-2000:]
+        assert not completed(gpu_stack.worker.output())
+    finally:
+        cpu.stop()
