@@ -104,6 +104,9 @@ def test_a_worker_whose_engine_cannot_start_consumes_nothing_and_says_why(
             assert stack.worker.popen is not None
             assert stack.worker.popen.wait(120) == 3, stack.worker.output()[-3000:]
             assert http.get(f"/v1/audio/jobs/{job_id}").json()["status"] == "queued"
+            # The API reads the registry at most every 2 s (api.catalogue.CACHE_SECONDS).
+            wait_for(lambda: bool(http.get("/readyz").json()["workers"]["failed"]), 10,
+                     "/readyz to list the failed worker")
             workers = http.get("/readyz").json()["workers"]
             assert workers["ready"] == 0
             assert len(workers["failed"]) == 1
