@@ -13,12 +13,11 @@ from api.observability import Observability
 from api.routes import catalog, health, jobs, metrics, speech, voices, web
 from api.settings import ApiSettings, get_settings
 from api.state import KeyTable, State
+from core.broker import make_app
+from core.channel import channel_for
+from core.registry import registry_for
 from models.db import async_session_factory, make_async_engine
 from storage import store_for
-from workers.app import make_app
-from workers.channel import channel_for
-from workers.registry import registry_for
-from workers.settings import get_settings as worker_settings
 
 
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
@@ -29,14 +28,14 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_async_engine()
         sessions = async_session_factory(engine)
-        celery = make_app()
+        celery = make_app(settings)  # a publisher: tasks are sent by name
         app.state.narrator = State(
             settings=settings, engine=engine, sessions=sessions,
             autocommit=engine.execution_options(isolation_level="AUTOCOMMIT"),
-            celery=celery, channel=channel_for(worker_settings()), store=store_for(),
-            catalogue=Catalogue(worker_settings(), registry_for(worker_settings())),
+            celery=celery, channel=channel_for(settings), store=store_for(),
+            catalogue=Catalogue(settings, registry_for(settings)),
             keys=KeyTable(sessions),
-            limiter=RateLimiter(settings.rate_limit_per_minute, worker_settings().broker_url),
+            limiter=RateLimiter(settings.rate_limit_per_minute, settings.broker_url),
             planner=Planner(celery),
         )
         yield

@@ -5,9 +5,9 @@ import time
 import anyio
 import structlog
 
-from workers.engines.catalog import ModelInfo, catalog
-from workers.registry import Registry, WorkerRecord
-from workers.settings import WorkerSettings
+from core.catalog import ModelInfo, catalog
+from core.registry import Registry, WorkerRecord
+from core.settings import CoreSettings
 
 log = structlog.get_logger()
 CACHE_SECONDS = 2.0
@@ -16,7 +16,7 @@ CACHE_SECONDS = 2.0
 class Catalogue:
     """Cached view of the configured models and the worker registry."""
 
-    def __init__(self, settings: WorkerSettings, registry: Registry) -> None:
+    def __init__(self, settings: CoreSettings, registry: Registry) -> None:
         self.registry = registry
         try:
             self.local: tuple[ModelInfo, ...] = catalog(settings)

@@ -13,7 +13,7 @@ import asyncio
 import anyio
 from celery import Celery
 
-from workers.app import BATCH
+from core.queues import BATCH, PLAN, PLAN_MANY
 
 MAX_BATCH = 500
 
@@ -55,6 +55,6 @@ class Planner:
 
     def _publish(self, ids: list[str]) -> None:
         if len(ids) == 1:
-            self._celery.send_task("narrator.plan", args=[ids[0]], queue=BATCH)
+            self._celery.send_task(PLAN, args=[ids[0]], queue=BATCH)
         else:
-            self._celery.send_task("narrator.plan_many", args=[ids], queue=BATCH)
+            self._celery.send_task(PLAN_MANY, args=[ids], queue=BATCH)

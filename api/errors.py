@@ -11,6 +11,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
+from storage import StorageUnavailable
+
 log = structlog.get_logger()
 
 
@@ -106,6 +108,13 @@ def install(app: FastAPI) -> None:
         log.warning("database.unavailable", path=request.url.path, error=str(exc.orig))
         return Json(_body("the database is unreachable; retry shortly", "service_unavailable",
                           None, "dependency_unavailable"),
+                    status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(StorageUnavailable)
+    async def _storage(request: Request, exc: StorageUnavailable) -> Json:
+        log.warning("storage.unavailable", path=request.url.path, error=str(exc))
+        return Json(_body("storage is unreachable; retry shortly",
+                          "service_unavailable", None, "dependency_unavailable"),
                     status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(OSError)

@@ -13,10 +13,10 @@ from starlette.datastructures import UploadFile
 from api.errors import ApiError, bad_request
 from api.schemas import Chapter, JobBody
 from api.validation import text_field
-from workers import outbound
-from workers.epub import BadEpub
-from workers.epub import chapters as epub_chapters
-from workers.markdown import chapters as markdown_chapters
+from core import outbound
+from core.epub import BadEpub
+from core.epub import chapters as epub_chapters
+from core.markdown import chapters as markdown_chapters
 
 
 def chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, Any]]:
@@ -76,7 +76,7 @@ def check_output_url(url: str | None, allowed: list[str]) -> str | None:
 
 
 async def check_webhook_url(url: str | None, allow: str) -> None:
-    """A 400 unless the webhook URL is http(s) to public addresses (workers.outbound)."""
+    """A 400 unless the webhook URL is http(s) to public addresses (core.outbound)."""
     if url is None:
         return
     try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from narrator import metrics
+from core import metrics
 
 log = structlog.get_logger()
 _SAFE = re.compile(rb"[A-Za-z0-9._:-]{1,128}")

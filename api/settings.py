@@ -2,25 +2,19 @@
 
 from functools import lru_cache
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from core.settings import CoreSettings
 
 
-class ApiSettings(BaseSettings):
+class ApiSettings(CoreSettings):
     """Limits and access for the HTTP API."""
-
-    model_config = SettingsConfigDict(env_prefix="NARRATOR_", extra="ignore")
 
     api_keys: str = ""
     sync_max_chars: int = 4096
     job_max_chars: int = 2_000_000
     max_chapters: int = 1000
     max_body_bytes: int = 32 * 1024 * 1024
-    public_api_url: str = ""
-    sync_timeout_seconds: float = 120.0
     # Where jobs may deliver with `output_url`: comma-separated s3://bucket/prefix/ entries.
     output_url_prefixes: str = ""
-    # Private networks or hosts that webhooks may call anyway (comma-separated CIDRs, names).
-    outbound_allow: str = ""
     # Per key (0: off): requests per minute, jobs queued or running, job characters per 24 h.
     rate_limit_per_minute: int = 0
     max_active_jobs_per_key: int = 0

@@ -14,9 +14,9 @@ from api.enqueue import Planner
 from api.errors import ApiError
 from api.limits import RateLimiter
 from api.settings import ApiSettings
+from core.channel import Channel
 from models.api_key import ApiKey, digest, owner_of
 from storage import MediaStore
-from workers.channel import Channel
 
 
 class KeyTable:

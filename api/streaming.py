@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from api.errors import ApiError, unavailable
-from workers.channel import Channel, ChannelTimeout, Message
+from core.channel import Channel, ChannelTimeout, Message
 
 UNKNOWN_SIZE = 0xFFFFFFFF
 

@@ -2,8 +2,8 @@
 
 from api.errors import bad_request, unavailable
 from api.schemas import SpeechFields
-from workers.engines.catalog import ModelInfo, VoiceInfo, speaks
-from workers.text import clean, speakable, strip_pauses
+from core.catalog import ModelInfo, VoiceInfo, speaks
+from core.text import clean, speakable, strip_pauses
 
 
 def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...],

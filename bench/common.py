@@ -112,17 +112,18 @@ def platform_on_services(database_url: str = PG_URL, redis_url: str = "redis://1
     dropped afterwards. `api_wrapper` goes before the API's command (a profiler).
     """
     import redis
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import text
 
     from migrations import upgrade
+    from models.db import engine_for
 
     name = f"narrator_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1),
+    admin = engine_for(database_url,
                           isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
     database = database_url.rsplit("/", 1)[0] + f"/{name}"
-    upgrade(database.replace("postgresql://", "postgresql+psycopg://", 1))
+    upgrade(database)
     redis.Redis.from_url(redis_url).flushdb()
     port = free_port()
     url = f"http://127.0.0.1:{port}"

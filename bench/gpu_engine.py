@@ -93,7 +93,7 @@ class Bench:
 
     def start_engine(self, process: bool = False) -> None:
         """Start the engine the worker will get: in this process, or in a child of its own."""
-        from workers.engines import get_engine, reset_engine
+        from workers.engine import get_engine, reset_engine
         from workers.settings import get_settings
 
         os.environ["NARRATOR_VLLM_ENGINE_PROCESS"] = str(process).lower()
@@ -197,7 +197,7 @@ class Bench:
         from workers.app import celery_app
 
         Base.metadata.create_all(sync_sessionmaker().kw["bind"])
-        from workers.app import worker_queues
+        from core.queues import worker_queues
 
         self._worker_cm = start_worker(celery_app, pool="threads",
                                        queues=worker_queues([self.engine.info.id]),
@@ -213,9 +213,9 @@ class Bench:
 
         from sqlalchemy import func, insert, select
 
+        from core.queues import model_queues
         from models import Job, JobStatus, Segment, SegmentStatus, utcnow
         from models.db import session_scope
-        from workers.app import model_queues
         from workers.tasks import synthesize
 
         job_id = uuid.uuid4()
@@ -324,7 +324,7 @@ def main() -> None:
                    "NARRATOR_VLLM_MAX_IN_FLIGHT": str(max(args.concurrency))}
     if args.deploy_config:
         os.environ["NARRATOR_VLLM_DEPLOY_CONFIG"] = args.deploy_config
-    from narrator.logs import configure
+    from core.logs import configure
 
     configure("WARNING", json=True)
     frames_list = list(args.frames)

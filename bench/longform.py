@@ -57,10 +57,11 @@ def book(chars: int, chapters: int = 4) -> list[dict[str, str]]:
 
 def raw_engine(chapters: list[dict[str, str]]) -> tuple[float, float, int]:
     """Loop the engine over the job's planned segments; return wall s, audio s, segments."""
-    from workers.engines import SpeechRequest, get_engine
-    from workers.normalize import spoken
+    from core.normalize import spoken
+    from core.text import Gaps, plan_pieces
+    from workers.engine import get_engine
+    from workers.engines import SpeechRequest
     from workers.settings import get_settings
-    from workers.text import Gaps, plan_pieces
 
     settings = get_settings()
     gaps = Gaps(settings.sentence_gap_seconds, settings.paragraph_gap_seconds,
@@ -98,7 +99,7 @@ def platform(chapters: list[dict[str, str]], fmt: str) -> tuple[float, float, in
 
 def planning(chars: int) -> dict[str, Any]:
     """Plan a text of `chars` characters; return time, segments and peak traced memory."""
-    from workers.text import Gaps, plan_pieces
+    from core.text import Gaps, plan_pieces
 
     chapters = [c["input"] for c in book(chars, chapters=40)]
     total = sum(len(c) for c in chapters)

@@ -2,7 +2,7 @@
 
 pysbd's Segmenter keeps the text it splits on the instance, so one shared instance mixes
 up threads. Three safe choices, timed over the same paragraphs from 1 and 8 threads:
-a Segmenter per call (what workers.text does), one per thread, and one shared behind a lock.
+a Segmenter per call (what core.text does), one per thread, and one shared behind a lock.
 Each also checks that every thread got its own sentences back.
 
     python -m bench.segmenter [--paragraphs 3000]

@@ -60,7 +60,9 @@ def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
     args = parser.parse_args()
 
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import text
+
+    from models.db import engine_for
 
     samples: dict[str, list[tuple[float, float]]] = {"api": [], "worker": []}
     jobs_at: list[tuple[float, int]] = []
@@ -91,7 +93,7 @@ def main() -> None:
             # Closed loop: at most --window jobs in flight, so the platform runs in a steady
             # state (all 10,000 at once would plan everything before finishing anything).
             # Progress comes from the job table: one cheap query, not a GET per job.
-            jobs = create_engine(database.replace("postgresql://", "postgresql+psycopg://"))
+            jobs = engine_for(database)
             ended = text("SELECT count(*) FROM jobs WHERE status IN "
                          "('completed', 'failed', 'cancelled')")
             ids: list[str] = []

@@ -27,8 +27,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
 
-    from workers.audio import encode
-    from workers.engines import SpeechRequest, get_engine
+    from core.audio import encode
+    from workers.engine import get_engine
+    from workers.engines import SpeechRequest
 
     engine = get_engine()
     request = SpeechRequest(text=TEXT, voice="joe")

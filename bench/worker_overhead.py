@@ -28,17 +28,18 @@ def run_one(threads: int, waves: int, engine_seconds: float) -> float:
     """Run one worker configuration in this process and return its wall time."""
     import numpy as np
 
-    import workers.engines
+    import workers.engine
     import workers.pipeline
     import workers.tasks
     from bench.gpu_engine import Bench
-    from workers.engines.catalog import catalog
+    from core.catalog import catalog
+    from core.settings import CoreSettings
 
     noise = (np.random.default_rng(0).standard_normal(480000) * 0.1).astype(np.float32)
     slots = threading.BoundedSemaphore(SLOTS)
 
     class StandIn:
-        info = catalog()[0]
+        info = catalog(CoreSettings())[0]
         sample_rate = 24000
 
         def start(self) -> None:
@@ -50,7 +51,7 @@ def run_one(threads: int, waves: int, engine_seconds: float) -> float:
                 return [noise.copy() for _ in requests]
 
     engine = StandIn()
-    for module in (workers.engines, workers.pipeline, workers.tasks):
+    for module in (workers.engine, workers.pipeline, workers.tasks):
         module.get_engine = lambda: engine  # type: ignore[attr-defined]
     bench = Bench(argparse.Namespace(frames=250, concurrency=[threads], ttfa_reps=1,
                                      waves=waves), engine)

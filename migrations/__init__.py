@@ -5,6 +5,8 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
+from models.settings import DatabaseSettings
+
 HERE = Path(__file__).parent
 
 
@@ -13,7 +15,8 @@ def config(url: str | None = None) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(HERE))
     cfg.set_main_option("file_template", "%%(year)d-%%(month).2d-%%(day).2d_%%(slug)s")
-    if url:
+    if url:  # with the driver workers use, whatever the scheme given
+        url = DatabaseSettings(database_url=url).url()
         cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 

@@ -39,6 +39,11 @@ def make_engine(settings: DatabaseSettings | None = None) -> Engine:
     return engine
 
 
+def engine_for(url: str, **options: Any) -> Engine:
+    """Create a synchronous engine for a database URL of any scheme (tools and tests)."""
+    return create_engine(DatabaseSettings(database_url=url).url(), **options)
+
+
 def make_async_engine(settings: DatabaseSettings | None = None) -> AsyncEngine:
     """Create an asynchronous engine (API).
 

@@ -20,7 +20,7 @@ def _setup(log_level: Annotated[str, typer.Option(envvar="NARRATOR_LOG_LEVEL")] 
            log_json: Annotated[bool | None, typer.Option(envvar="NARRATOR_LOG_JSON")] = None,
            ) -> None:
     """Configure logging for every command."""
-    from narrator.logs import configure
+    from core.logs import configure
 
     configure(log_level.upper(), log_json)
 UrlOpt = Annotated[str, typer.Option("--url", envvar="NARRATOR_URL", help="API base URL")]
@@ -138,8 +138,9 @@ def worker(
     loglevel: str = "INFO",
 ) -> None:
     """Run a Celery worker on the configured engine."""
-    from workers.app import celery_app, split_queues, worker_queues
-    from workers.engines.catalog import catalog
+    from core.catalog import catalog
+    from core.queues import split_queues, worker_queues
+    from workers.app import celery_app
     from workers.settings import get_settings
 
     settings = get_settings()

@@ -59,4 +59,5 @@ echo "test: database $NARRATOR_TEST_DATABASE_URL, redis $NARRATOR_TEST_REDIS_URL
 
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache  # the import contracts (pyproject [tool.importlinter])
 .venv/bin/pytest "$@"

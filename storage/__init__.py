@@ -2,10 +2,10 @@
 
 from botocore.exceptions import BotoCoreError
 
-from storage.media import MediaStore, store_for
+from storage.media import MediaStore, StorageUnavailable, store_for
 
 # What a storage outage raises: fsspec maps S3 answers to OSError; a server that cannot be
 # reached surfaces as botocore's connection errors.
 STORAGE_ERRORS: tuple[type[Exception], ...] = (OSError, BotoCoreError)
 
-__all__ = ["STORAGE_ERRORS", "MediaStore", "store_for"]
+__all__ = ["STORAGE_ERRORS", "MediaStore", "StorageUnavailable", "store_for"]

@@ -1,13 +1,32 @@
 """MediaStore: put, open, url, delete over fsspec (file:// and s3://)."""
 
 import posixpath
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import IO, Any
 
 import fsspec
+from botocore.exceptions import BotoCoreError
 from fsspec.core import url_to_fs
 
 from storage.settings import StorageSettings, get_settings
+
+
+class StorageUnavailable(OSError):
+    """The media store could not be reached, or failed the operation (not a missing key)."""
+
+
+@contextmanager
+def _reaching(action: str, key: str) -> Iterator[None]:
+    """Raise StorageUnavailable for what a storage outage raises; a missing key stays
+    FileNotFoundError (s3fs maps S3 answers to OSError, unreachable servers to botocore's)."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (OSError, BotoCoreError) as exc:
+        raise StorageUnavailable(f"storage could not {action} {key!r}: {exc}") from exc
 
 
 class MediaStore:
@@ -51,39 +70,46 @@ class MediaStore:
 
     def put(self, key: str, data: bytes) -> None:
         """Write `data` at `key`."""
-        if not self.is_s3:
-            self.fs.makedirs(posixpath.dirname(self.path(key)), exist_ok=True)
-        self.fs.pipe_file(self.path(key), data)
+        with _reaching("write", key):
+            if not self.is_s3:
+                self.fs.makedirs(posixpath.dirname(self.path(key)), exist_ok=True)
+            self.fs.pipe_file(self.path(key), data)
 
     def put_file(self, local_path: str, key: str) -> None:
         """Upload a local file to `key`."""
-        if not self.is_s3:
-            self.fs.makedirs(posixpath.dirname(self.path(key)), exist_ok=True)
-        self.fs.put_file(local_path, self.path(key))
+        with _reaching("write", key):
+            if not self.is_s3:
+                self.fs.makedirs(posixpath.dirname(self.path(key)), exist_ok=True)
+            self.fs.put_file(local_path, self.path(key))
 
     def open(self, key: str, mode: str = "rb") -> IO[bytes]:
         """Open `key` for streaming reads (or writes)."""
-        f: IO[bytes] = self.fs.open(self.path(key), mode)
+        with _reaching("open", key):
+            f: IO[bytes] = self.fs.open(self.path(key), mode)
         return f
 
     def get(self, key: str) -> bytes:
         """Read `key` whole."""
-        data: bytes = self.fs.cat_file(self.path(key))
+        with _reaching("read", key):
+            data: bytes = self.fs.cat_file(self.path(key))
         return data
 
     def exists(self, key: str) -> bool:
         """Say whether `key` exists."""
-        return bool(self.fs.exists(self.path(key)))
+        with _reaching("look up", key):
+            return bool(self.fs.exists(self.path(key)))
 
     def size(self, key: str) -> int:
         """Return the size of `key` in bytes."""
-        return int(self.fs.size(self.path(key)))
+        with _reaching("look up", key):
+            return int(self.fs.size(self.path(key)))
 
     def delete(self, prefix: str) -> None:
         """Delete `prefix` and everything under it; missing keys are fine."""
         path = self.path(prefix)
-        if self.fs.exists(path):
-            self.fs.rm(path, recursive=True)
+        with _reaching("delete", prefix):
+            if self.fs.exists(path):
+                self.fs.rm(path, recursive=True)
 
     def check(self) -> None:
         """Raise if the store cannot be reached."""
@@ -105,7 +131,7 @@ class MediaStore:
 def store_from_settings(settings: StorageSettings, root: str | None = None) -> MediaStore:
     """Build a store for `root` (default: the configured storage URL) with the S3 options."""
     return MediaStore(
-        root or settings.url,
+        root or settings.media_url,
         public_base_url="" if root else settings.public_base_url,
         s3_endpoint_url=settings.s3_endpoint_url,
         s3_region=settings.s3_region,

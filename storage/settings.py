@@ -21,7 +21,7 @@ class StorageSettings(BaseSettings):
     presign_expires_seconds: int = 3600
 
     @property
-    def url(self) -> str:
+    def media_url(self) -> str:
         """Return the storage root URL."""
         return self.storage_url or str((self.data_dir / "media").resolve())
 

@@ -15,8 +15,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, text
 
+from models.db import engine_for
 from tests.support import Process, Stack, free_port, start_stack, wait_for
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -32,8 +33,7 @@ def _with_path(url: str, path: str) -> str:
 
 def _admin_execute(*statements: str) -> None:
     admin = os.environ.get("NARRATOR_TEST_DATABASE_URL", DEFAULT_DB)
-    engine = create_engine(admin.replace("postgresql://", "postgresql+psycopg://", 1),
-                           isolation_level="AUTOCOMMIT")
+    engine = engine_for(admin, isolation_level="AUTOCOMMIT")
     with engine.connect() as connection:
         for statement in statements:
             connection.execute(text(statement))
@@ -64,7 +64,7 @@ def database_url() -> Iterator[str]:
 
     name = f"narrator_test_{uuid.uuid4().hex[:8]}"
     url = make_database(name)
-    upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    upgrade(url)
     yield url
     drop_database(name)
 
@@ -77,7 +77,7 @@ def fresh_database() -> Iterator[str]:
 
     name = f"narrator_test_{uuid.uuid4().hex[:8]}"
     url = make_database(name)
-    upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    upgrade(url)
     try:
         yield url
     finally:
@@ -87,7 +87,7 @@ def fresh_database() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def db(database_url: str) -> Iterator[Engine]:
     """A synchronous engine on the session's database, for assertions."""
-    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    engine = engine_for(database_url)
     yield engine
     engine.dispose()
 

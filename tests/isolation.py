@@ -7,8 +7,9 @@ reapers act on every job in their database, with their own media store.
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 
+from models.db import engine_for
 from tests.conftest import fresh_database
 
 
@@ -22,6 +23,6 @@ def isolated_database_url() -> Iterator[str]:
 @pytest.fixture(scope="module", name="db")
 def isolated_db(database_url: str) -> Iterator[Engine]:
     """An engine on this module's own database."""
-    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    engine = engine_for(database_url)
     yield engine
     engine.dispose()

@@ -123,7 +123,7 @@ def audio_stats(data: bytes, fmt: str, rate: int | None = None) -> tuple[float, 
         assert rate is not None
         samples = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
         return len(samples) / rate, float(np.sqrt(np.mean(samples**2)))
-    from workers.audio import decode
+    from core.audio import decode
 
     audio, sample_rate = decode(data)
     return len(audio) / sample_rate, float(np.sqrt(np.mean(audio**2)))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from workers.audio import decode, encode, encode_to, opus_rate
+from core.audio import decode, encode, encode_to, opus_rate
 
 
 def tone(seconds: float, rate: int) -> np.ndarray:
@@ -47,7 +47,7 @@ def test_long_ogg_opus_is_written_in_blocks(tmp_path: object) -> None:
 def test_loudness_normalize_reaches_the_target_without_clipping() -> None:
     import pyloudnorm
 
-    from workers.audio import loudness_normalize
+    from core.audio import loudness_normalize
 
     quiet = (tone(5.0, 24000) * 0.05).astype(np.float32)
     out = loudness_normalize(quiet, 24000, -16.0)
@@ -59,7 +59,7 @@ def test_loudness_normalize_reaches_the_target_without_clipping() -> None:
 
 
 def test_fade_edges_start_and_end_at_zero() -> None:
-    from workers.audio import fade_edges
+    from core.audio import fade_edges
 
     faded = fade_edges(np.ones(24000, dtype=np.float32), 24000)
     assert faded[0] == 0.0
@@ -69,7 +69,7 @@ def test_fade_edges_start_and_end_at_zero() -> None:
 
 def _book(chapters: list[int]) -> tuple[list[Any], Any]:
     from models import Segment
-    from workers.assembly import Timeline
+    from workers.timeline import Timeline
 
     segments = [Segment(index=n, chapter=c, text="x", samples=2400, pause_after=0.1)
                 for n, c in enumerate(chapters)]

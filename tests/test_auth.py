@@ -59,7 +59,7 @@ def tabled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, di
 
     name = f"narrator_keys_{uuid.uuid4().hex[:8]}"
     url = make_database(name)
-    upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    upgrade(url)
     tmp = tmp_path_factory.mktemp("tabled")
     env = base_env(tmp, url, 15)
     stack = start_stack(tmp, env, worker=False)

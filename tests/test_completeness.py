@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
+from core.keys import part_key
+from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from tests.test_quality import Scripted
-from workers.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 
 BOOK = ["First chapter. It has [pause:1s] two paragraphs.\n\nThe second one is short.",
         "Second chapter, one sentence."]
@@ -120,7 +121,7 @@ def test_a_lost_part_is_synthesised_again_instead_of_completing_short(
     from workers import pipeline
 
     _synthesize_all(db, job)
-    store_for().delete(pipeline.part_key(job, 1))
+    store_for().delete(part_key(job, 1))
     assembled = pipeline.assemble(job)
     assert assembled.outcome == "waiting"
     assert len(assembled.again) == 1

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from workers.normalize import spoken
-from workers.text import Gaps, plan_pieces, sentences
+from core.normalize import spoken
+from core.text import Gaps, plan_pieces, sentences
 
 THREADS = 8
 ROUNDS = 5
@@ -72,15 +72,15 @@ def test_spoken_form_under_threads_matches_the_sequential_one(language: str) -> 
 
 def test_the_engine_is_built_once_when_threads_ask_for_it_together(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import workers.engines
+    import workers.engine
     import workers.settings
 
     monkeypatch.setenv("NARRATOR_ENGINE", "piper")
     workers.settings.get_settings.cache_clear()
-    workers.engines.reset_engine()
+    workers.engine.reset_engine()
     try:
-        engines = _at_once([workers.engines.get_engine] * THREADS)
+        engines = _at_once([workers.engine.get_engine] * THREADS)
         assert len({id(engine) for engine in engines}) == 1
     finally:
-        workers.engines.reset_engine()
+        workers.engine.reset_engine()
         workers.settings.get_settings.cache_clear()

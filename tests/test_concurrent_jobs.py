@@ -14,11 +14,11 @@ import httpx
 import pytest
 import redis
 
+from core.text import Gaps, plan_pieces
 from tests.conftest import base_env, redis_url
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from tests.support import Stack, start_stack, wait_job
 from workers.settings import WorkerSettings
-from workers.text import Gaps, plan_pieces
 
 
 @pytest.fixture(scope="module")

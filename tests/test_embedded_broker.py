@@ -8,12 +8,12 @@ from typing import cast
 import pytest
 from kombu import Connection, Exchange, Queue
 
-from workers.embedded_broker import SCHEME
+from core.embedded_broker import SCHEME
 
 PRODUCER = """
 import sys
 from kombu import Connection, Exchange, Queue
-import workers.embedded_broker
+import core.embedded_broker
 scheme, folder, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
 options = {"data_folder_in": folder, "data_folder_out": folder, "control_folder": folder + "/..",
            "store_processed": False}

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from core.catalog import Qwen3Config, qwen3_model
 from tests.doubles.omni import SCALE, FakeOmni, SlowOmni
 from tests.test_vllm_omni_adapter import MODEL, assert_concurrent_requests_keep_their_own_audio
 from workers.engines import SpeechRequest
-from workers.engines.catalog import qwen3_model
 from workers.engines.engine_process import EngineProcess, EngineProcessError
-from workers.engines.qwen3_tts import OutputKind, Qwen3Config
+from workers.engines.qwen3_tts import OutputKind
 from workers.engines.vllm_omni import VllmOmniEngine
 
 

@@ -27,7 +27,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
     name = f"narrator_fuzz_{uuid.uuid4().hex[:8]}"
     url = make_database(name)
-    upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    upgrade(url)
     tmp = tmp_path_factory.mktemp("fuzz")
     env = base_env(tmp, url, 10) | {"NARRATOR_SYNC_TIMEOUT_SECONDS": "0.5"}
     stack = start_stack(tmp, env, worker=False)

@@ -28,7 +28,7 @@ def _cuda() -> bool:
 def test_real_engine_synthesizes_batches_and_streams(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NARRATOR_ENGINE", "vllm-omni")
     monkeypatch.setenv("NARRATOR_MODEL", os.environ["NARRATOR_TEST_GPU_MODEL"])
-    from workers.engines import get_engine
+    from workers.engine import get_engine
 
     engine = get_engine()
     assert isinstance(engine, EngineProcess)  # the worker's default: AsyncOmni in a child

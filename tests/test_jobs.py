@@ -12,10 +12,10 @@ import pyloudnorm
 import pytest
 from sqlalchemy import Engine, text
 
+from core.audio import decode
 from tests.conftest import count_jobs, error_of
 from tests.epub_maker import make_epub
 from tests.support import Stack, audio_stats, wait_for, wait_job
-from workers.audio import decode
 
 BOOK = {
     "chapters": [

@@ -2,10 +2,11 @@
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, inspect
+from sqlalchemy import Engine, inspect
 
 from migrations import upgrade
 from models import Base
+from models.db import engine_for
 from tests.conftest import drop_database, make_database
 
 
@@ -17,8 +18,7 @@ def test_upgrade_head_on_postgres_matches_the_models(db: Engine) -> None:
 
 
 def test_migrations_downgrade_to_base_and_upgrade_again() -> None:
-    url = make_database("narrator_test_roundtrip").replace("postgresql://",
-                                                           "postgresql+psycopg://", 1)
+    url = make_database("narrator_test_roundtrip")
     try:
         upgrade(url)
         from alembic import command
@@ -26,11 +26,11 @@ def test_migrations_downgrade_to_base_and_upgrade_again() -> None:
         from migrations import config
 
         command.downgrade(config(url), "base")
-        engine = create_engine(url)
+        engine = engine_for(url)
         assert set(inspect(engine).get_table_names()) == {"alembic_version"}
         engine.dispose()
         upgrade(url)
-        engine = create_engine(url)
+        engine = engine_for(url)
         assert {"jobs", "segments", "job_events"} <= set(inspect(engine).get_table_names())
         engine.dispose()
     finally:
@@ -40,7 +40,7 @@ def test_migrations_downgrade_to_base_and_upgrade_again() -> None:
 def test_embedded_sqlite_schema_matches_the_models(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/narrator.db"
     upgrade(url)
-    engine = create_engine(url)
+    engine = engine_for(url)
     with engine.connect() as connection:
         diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     engine.dispose()

@@ -5,9 +5,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from core import outbound
 from tests.conftest import count_jobs, error_of
 from tests.support import Stack
-from workers import outbound
 
 
 @pytest.mark.parametrize("url", [

@@ -6,10 +6,11 @@ from collections.abc import Iterator
 import numpy as np
 from sqlalchemy import Engine, text
 
+from core.catalog import catalog
+from core.settings import CoreSettings
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from workers import quality
 from workers.engines import Audio, SpeechRequest
-from workers.engines.catalog import catalog
 
 
 def test_check_finds_runaway_and_truncated_lengths() -> None:
@@ -33,7 +34,7 @@ class Scripted:
     """A test double at the engine boundary: returns audio of scripted lengths."""
 
     def __init__(self, lengths: list[float]) -> None:
-        self.info = catalog()[0]
+        self.info = catalog(CoreSettings())[0]
         self.lengths = lengths
         self.seeds: list[int | None] = []
 

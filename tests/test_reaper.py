@@ -4,6 +4,7 @@ import uuid
 
 from sqlalchemy import Engine, text
 
+from core.backoff import CAP_SECONDS, backoff
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 
 Sent = list[tuple[str, str, str, float]]
@@ -48,7 +49,7 @@ def test_a_lost_segment_is_requeued_with_a_doubling_delay(pipeline_env: None,
     assert delays[str(first)] == 5.0
     assert delays[str(second)] == 10.0
     assert _status(db, "segments", first) == "pending"
-    assert reaper.backoff(20, 5.0) == reaper.BACKOFF_CAP_SECONDS
+    assert backoff(20, 5.0) == CAP_SECONDS
 
 
 def test_a_segment_past_its_budget_fails_its_job_and_tells_the_owner(pipeline_env: None,

@@ -3,10 +3,10 @@
 import time
 from pathlib import Path
 
+from core.catalog import qwen3_model
+from core.registry import FileRegistry, RedisRegistry, WorkerRecord
 from tests.conftest import redis_url
 from tests.support import Stack
-from workers.engines.catalog import qwen3_model
-from workers.registry import FileRegistry, RedisRegistry, WorkerRecord
 
 MODEL = Path(__file__).parent / "data" / "qwen3-tts-0.6b-customvoice"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from workers.text import Gaps, clean, pack, plan_pieces, sentences, speakable
+from core.text import Gaps, clean, pack, plan_pieces, sentences, speakable
 
 
 def test_clean_drops_control_characters_and_keeps_newlines() -> None:
@@ -47,7 +47,7 @@ def test_inline_pause_marks_set_the_silence_after_a_piece() -> None:
 
 
 def test_strip_pauses_removes_the_marks() -> None:
-    from workers.text import strip_pauses
+    from core.text import strip_pauses
 
     assert "pause" not in strip_pauses("Wait [pause:2s] here.")
 
@@ -71,13 +71,13 @@ def test_strip_pauses_removes_the_marks() -> None:
     ("Main St. is near St. Paul.", "Main St. is near Saint Paul."),
 ])
 def test_spoken_form_of_english(written: str, said: str) -> None:
-    from workers.normalize import spoken
+    from core.normalize import spoken
 
     assert spoken(written, "en") == said
 
 
 def test_spoken_form_uses_the_language_for_numbers() -> None:
-    from workers.normalize import spoken
+    from core.normalize import spoken
 
     assert spoken("Er hat 21 \u00c4pfel.", "de") == "Er hat einundzwanzig \u00c4pfel."
     assert spoken("J'ai 3 chats.", "fr") == "J'ai trois chats."

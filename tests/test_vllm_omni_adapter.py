@@ -13,13 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from core.catalog import Qwen3Config, qwen3_model
 from tests.doubles.omni import SCALE, FakeOmni, FakeTensor, output
 from workers.engines import SpeechRequest
-from workers.engines.catalog import qwen3_model
 from workers.engines.qwen3_tts import (
     AudioCollector,
     OutputKind,
-    Qwen3Config,
     Reference,
     additional_information,
 )

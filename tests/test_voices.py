@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from core.catalog import qwen3_model
+from core.registry import RedisRegistry, WorkerRecord
 from tests.conftest import error_of, redis_url
 from tests.support import Stack
-from workers.engines.catalog import qwen3_model
-from workers.registry import RedisRegistry, WorkerRecord
 
 BASE = Path(__file__).parent / "data" / "qwen3-tts-0.6b-base"
 MODEL_ID = "qwen3-tts-0.6b-base"

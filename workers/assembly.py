@@ -6,19 +6,19 @@ import queue
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import groupby
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import soundfile as sf
 
+from core.audio import EXTENSIONS, fade_edges, loudness_normalize
+from core.audio import encode_to as encode_blocks
+from core.keys import job_prefix
 from models import Job, Segment
 from storage import MediaStore
-from workers.audio import EXTENSIONS, fade_edges, loudness_normalize
-from workers.audio import encode_to as encode_blocks
 from workers.engines import Audio
-from workers.text import sentences
+from workers.timeline import Timeline, chapter_spans, manifest, sentence_cues, subtitles
 
 
 def part_bytes(audio: Audio, rate: int) -> bytes:
@@ -31,46 +31,6 @@ def part_bytes(audio: Audio, rate: int) -> bytes:
     buffer = io.BytesIO()
     sf.write(buffer, audio, rate, format="WAV", subtype="FLOAT")
     return buffer.getvalue()
-
-
-def timestamp(seconds: float, sep: str) -> str:
-    """Format seconds as HH:MM:SS{sep}mmm (',' for SRT, '.' for VTT)."""
-    ms = round(seconds * 1000)
-    h, rest = divmod(ms, 3_600_000)
-    m, rest = divmod(rest, 60_000)
-    s, ms = divmod(rest, 1000)
-    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
-
-
-def subtitles(cues: list[tuple[float, float, str]], kind: str) -> str:
-    """Render (start, end, text) cues as SRT or WebVTT."""
-    sep = "," if kind == "srt" else "."
-    blocks = [
-        (f"{n}\n" if kind == "srt" else "")
-        + f"{timestamp(start, sep)} --> {timestamp(end, sep)}\n{text}\n"
-        for n, (start, end, text) in enumerate(cues, 1)
-    ]
-    head = "WEBVTT\n\n" if kind == "vtt" else ""
-    return head + "\n".join(blocks)
-
-
-class Timeline:
-    """Sample offsets of each segment in the final audio, from the exact part lengths."""
-
-    def __init__(self, segments: list[Segment], rate: int) -> None:
-        self.rate = rate
-        self.starts: list[int] = []
-        cursor = 0
-        for n, segment in enumerate(segments):
-            self.starts.append(cursor)
-            cursor += segment.samples or 0
-            if n < len(segments) - 1:
-                cursor += self.gap(segment)
-        self.total = cursor
-
-    def gap(self, segment: Segment) -> int:
-        """Return the silence after a segment, in samples."""
-        return round(segment.pause_after * self.rate)
 
 
 class PartLost(Exception):
@@ -184,28 +144,6 @@ def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline
             encoder.result()
 
 
-def sentence_cues(segments: list[Segment], timeline: Timeline,
-                  language: str) -> list[tuple[float, float, str]]:
-    """One cue per sentence: (start s, end s, text).
-
-    Each segment's span is exact, from the sample counts of its part. Inside a segment, which
-    the engine spoke in one go, the span is shared among its sentences by their length in
-    letters and digits, an estimate; the segment's last cue ends exactly where its audio ends.
-    """
-    cues = []
-    for n, segment in enumerate(segments):
-        start, samples = timeline.starts[n], segment.samples or 0
-        parts = sentences(segment.text, language) or [segment.text]
-        weights = [max(1, sum(ch.isalnum() for ch in part)) for part in parts]
-        total, done = sum(weights), 0
-        for part, weight in zip(parts, weights, strict=True):
-            begin = start + samples * done // total
-            done += weight
-            cues.append((begin / timeline.rate, (start + samples * done // total) / timeline.rate,
-                         part))
-    return cues
-
-
 def assemble(job: Job, segments: list[Segment], store: MediaStore, target: MediaStore,
              part_key: Callable[[Segment], str], lufs: float = 0.0,
              checks: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -220,62 +158,29 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     except FileNotFoundError:
         raise PartLost(segments[0], "its part is missing from storage") from None
     timeline = Timeline(segments, rate)
-    fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], f"jobs/{job.id}"
-    result: dict[str, Any] = {"store": job.output_url, "sample_rate": rate,
-                              "duration_seconds": timeline.total / rate}
-    spans = []  # (chapter number, its segments, start and end sample)
-    for number, group in groupby(enumerate(segments), key=lambda pair: pair[1].chapter):
-        pairs = list(group)
-        members = [segment for _, segment in pairs]
-        end = timeline.starts[pairs[-1][0]] + (members[-1].samples or 0)
-        spans.append((number, members, timeline.starts[pairs[0][0]], end))
-    titles = [job.chapters[n].get("title") or f"Chapter {n + 1}" for n, *_ in spans]
-    marks = [(title, start / rate, end / rate)
-             for title, (_, _, start, end) in zip(titles, spans, strict=True)]
+    fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], job_prefix(job.id)
+    spans = chapter_spans(job, segments, timeline)
     split = len(job.chapters) > 1
     with tempfile.TemporaryDirectory(prefix="narrator-") as tmp:
         main = Path(tmp) / f"audio.{ext}"
-        files = [Path(tmp) / f"chapter-{number:03d}.{ext}" for number, *_ in spans] \
+        files = [Path(tmp) / f"chapter-{span.number:03d}.{ext}" for span in spans] \
             if split else []
         _encode(segments, _finished(segments, store, part_key, lufs, rate), timeline, fmt,
-                main, marks, files)
+                main, [span.mark(rate) for span in spans], files)
         target.put_file(str(main), f"{base}/audio.{ext}")
-        result |= {"key": f"{base}/audio.{ext}", "bytes": main.stat().st_size}
-        chapters = []
-        for n, (title, (number, _, start, end)) in enumerate(zip(titles, spans, strict=True)):
-            chapter: dict[str, Any] = {
-                "title": title, "start_seconds": start / rate,
-                "duration_seconds": (end - start) / rate,
-            }
-            if split:
-                chapter["key"] = f"{base}/chapters/{number:03d}.{ext}"
-                target.put_file(str(files[n]), chapter["key"])
-            chapters.append(chapter)
-        result["chapters"] = chapters
+        chapters = [span.record(rate) for span in spans]
+        for chapter, span, path in zip(chapters, spans, files, strict=False):
+            chapter["key"] = f"{base}/chapters/{span.number:03d}.{ext}"
+            target.put_file(str(path), chapter["key"])
+        size = main.stat().st_size
     cues = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2])
-    result["subtitles"] = {}
+    subtitle_keys = {}
     for kind in job.options.get("subtitles") or []:
-        key = f"{base}/subtitles.{kind}"
-        target.put(key, subtitles(cues, kind).encode())
-        result["subtitles"][kind] = key
-    manifest = {
-        "id": f"job_{job.id.hex}", "model": job.model, "voice": job.voice,
-        "response_format": fmt, "speed": job.speed, "options": job.options,
-        "sample_rate": rate,
-        "usage": {"input_characters": job.input_characters,
-                  "audio_seconds": timeline.total / rate},
-        "chapters": [{k: v for k, v in c.items() if k != "key"} for c in chapters],
-        "checks": (checks or {}) | {"parts": {
-            "segments": len(segments), "samples": sum(s.samples or 0 for s in segments),
-            "verified": "every part present, with the samples recorded for its segment"}},
-        "segments": [
-            {"index": s.index, "chapter": s.chapter, "chars": len(s.text),
-             "start_seconds": timeline.starts[n] / rate,
-             "duration_seconds": (s.samples or 0) / rate, "attempts": s.attempts}
-            | ({"quality": s.quality} if s.quality else {})
-            for n, s in enumerate(segments)
-        ],
-    }
-    result["manifest_key"] = f"{base}/manifest.json"
-    target.put(result["manifest_key"], json.dumps(manifest, indent=1).encode())
-    return result
+        subtitle_keys[kind] = f"{base}/subtitles.{kind}"
+        target.put(subtitle_keys[kind], subtitles(cues, kind).encode())
+    target.put(f"{base}/manifest.json",
+               json.dumps(manifest(job, segments, timeline, chapters, checks), indent=1).encode())
+    return {"store": job.output_url, "sample_rate": rate,
+            "duration_seconds": timeline.total / rate, "key": f"{base}/audio.{ext}",
+            "bytes": size, "chapters": chapters, "subtitles": subtitle_keys,
+            "manifest_key": f"{base}/manifest.json"}

@@ -16,23 +16,20 @@ import structlog
 from sqlalchemy import exists, insert, select, update
 from sqlalchemy.orm import Session, defer
 
+from core import metrics
+from core.keys import part_key, parts_prefix, result_store
+from core.normalize import spoken
+from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
 from models.transitions import transition
-from narrator import metrics
 from storage import store_for
 from workers import assembly, quality
-from workers.engines import Audio, Engine, SpeechRequest, get_engine
-from workers.normalize import spoken
+from workers.engine import get_engine
+from workers.engines import Audio, Engine, SpeechRequest
 from workers.settings import get_settings
-from workers.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 
 log = structlog.get_logger()
-
-
-def part_key(job_id: uuid.UUID, index: int) -> str:
-    """Return the storage key of one segment's part."""
-    return f"jobs/{job_id}/parts/{index:06d}.wav"
 
 
 def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
@@ -293,7 +290,7 @@ def assemble(job_id: uuid.UUID) -> Assembled:
         session.execute(update(Job).where(Job.id == job_id).values(updated_at=utcnow()))
         session.expunge_all()
     store = store_for()
-    target = store_for(job.output_url) if job.output_url else store
+    target = result_store(job.output_url)
     try:
         result = assembly.assemble(job, list(segments), store, target,
                                    lambda s: part_key(job_id, s.index), settings.loudness_lufs,
@@ -309,6 +306,6 @@ def assemble(job_id: uuid.UUID) -> Assembled:
                            audio_seconds=result["duration_seconds"])
     if moved is None:
         return Assembled("waiting")
-    store.delete(f"jobs/{job_id}/parts")  # only a running job needs its parts
+    store.delete(parts_prefix(job_id))  # only a running job needs its parts
     log.info("job.completed", job_id=str(job_id), seconds=result["duration_seconds"])
     return Assembled("completed")

@@ -23,6 +23,8 @@ import structlog
 from kombu import Connection, Queue
 from kombu.mixins import ConsumerMixin
 
+from core.queues import SPEAK
+
 log = structlog.get_logger()
 Handler = Callable[[dict[str, Any]], None]
 
@@ -61,7 +63,7 @@ class RealtimeLane(ConsumerMixin):
         self._free.acquire()
         message.ack()
         task = message.headers.get("task")
-        if task != "narrator.speak" or expired(message.headers):
+        if task != SPEAK or expired(message.headers):
             self._free.release()
             log.warning("realtime.dropped", task=task, reason="expired" if task else "unknown")
             return
@@ -71,7 +73,7 @@ class RealtimeLane(ConsumerMixin):
     def _run(self, payload: dict[str, Any]) -> None:
         try:
             structlog.contextvars.clear_contextvars()
-            structlog.contextvars.bind_contextvars(task="narrator.speak",
+            structlog.contextvars.bind_contextvars(task=SPEAK,
                                                    request_id=payload.get("request_id"))
             self.handler(payload)
         except Exception:  # the handler answers the caller itself; never lose the lane

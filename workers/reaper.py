@@ -15,12 +15,18 @@ harmless, and a segment that is re-enqueued twice is still claimed once.
 """
 
 import threading
+import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import and_, select, update
+from sqlalchemy import ColumnElement, and_, select, update
+from sqlalchemy.orm import Session
 
+from core.backoff import backoff
+from core.keys import job_prefix, result_store
+from core.queues import ASSEMBLE, NOTIFY, PLAN, SYNTHESIZE
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
 from models.transitions import transition
@@ -28,87 +34,125 @@ from storage import store_for
 
 log = structlog.get_logger()
 Enqueue = Callable[[str, str, str, float], None]  # task name, id, job's model, delay (s)
-BACKOFF_CAP_SECONDS = 600.0
+Task = tuple[str, str, str, float]  # what a sweep asks to enqueue once the pass commits
 
 
-def backoff(attempts: int, base: float) -> float:
-    """Return the delay before attempt `attempts + 1`: base, 2 x base, 4 x base... capped."""
-    return float(min(base * 2 ** max(attempts - 1, 0), BACKOFF_CAP_SECONDS))
+@dataclass(frozen=True)
+class Pass:
+    """One reaper pass: its clock, and the settings its sweeps read."""
+
+    now: datetime
+    stale: datetime
+    max_attempts: int
+    backoff_seconds: float
+
+    @property
+    def lost(self) -> ColumnElement[bool]:
+        """Segments running whose heartbeat is stale: their worker died."""
+        return (Segment.status == SegmentStatus.running) & (Segment.heartbeat_at < self.stale)
+
+
+def fail_exhausted(session: Session, p: Pass) -> list[Task]:
+    """Fail lost segments that used up their attempts, and their jobs (owners are told)."""
+    exhausted = session.execute(
+        update(Segment).where(p.lost, Segment.attempts >= p.max_attempts)
+        .values(status=SegmentStatus.failed, heartbeat_at=p.now,
+                error=f"worker lost while running, {p.max_attempts} times")
+        .returning(Segment.id, Segment.job_id)).all()
+    tasks: list[Task] = []
+    for segment_id, job_id in exhausted:
+        session.execute(update(Job).where(Job.id == job_id)
+                        .values(segments_failed=Job.segments_failed + 1))
+        if transition(session, job_id, [JobStatus.in_progress], JobStatus.failed,
+                      detail={"segment_id": str(segment_id)}, completed_at=p.now,
+                      error={"code": "segment_failed", "message": "a segment's worker "
+                             f"was lost {p.max_attempts} times"}) is not None:
+            tasks.append((NOTIFY, str(job_id), "", 0.0))
+    return tasks
+
+
+def reset_lost(session: Session, p: Pass) -> list[Task]:
+    """Put the other lost segments back to pending, to run after a doubling backoff."""
+    rows = session.execute(
+        update(Segment).where(p.lost)
+        .values(status=SegmentStatus.pending, heartbeat_at=p.now,
+                error="worker lost while running; re-enqueued by the reaper")
+        .returning(Segment.id, Segment.attempts, Segment.job_id)).all()
+    models = _models(session, {job_id for *_, job_id in rows})
+    return [(SYNTHESIZE, str(segment_id), models[job_id], backoff(attempts, p.backoff_seconds))
+            for segment_id, attempts, job_id in rows]
+
+
+def requeue_forgotten(session: Session, p: Pass) -> list[Task]:
+    """Re-enqueue pending segments of running jobs untouched since before `stale` (their
+    messages may have gone with a broker restart; the heartbeat is set when re-enqueued)."""
+    forgotten = session.execute(
+        select(Segment.id, Job.model).join(Job, Job.id == Segment.job_id)
+        .where(Segment.status == SegmentStatus.pending, Job.status == JobStatus.in_progress,
+               Job.updated_at < p.stale,
+               (Segment.heartbeat_at.is_(None)) | (Segment.heartbeat_at < p.stale))
+        .limit(10_000)).all()
+    if forgotten:
+        session.execute(update(Segment).where(Segment.id.in_([s for s, _ in forgotten]))
+                        .values(heartbeat_at=p.now))
+    return [(SYNTHESIZE, str(segment_id), model, 0.0) for segment_id, model in forgotten]
+
+
+def replan(session: Session, p: Pass) -> list[Task]:
+    """Plan again the queued jobs that were never planned."""
+    jobs = session.scalars(select(Job.id).where(
+        Job.status == JobStatus.queued, Job.created_at < p.stale, Job.updated_at < p.stale)).all()
+    if jobs:
+        session.execute(update(Job).where(Job.id.in_(jobs)).values(updated_at=p.now))
+    return [(PLAN, str(job_id), "", 0.0) for job_id in jobs]
+
+
+def reassemble(session: Session, p: Pass) -> list[Task]:
+    """Assemble again the jobs whose segments are all done but that did not complete."""
+    jobs = session.scalars(select(Job.id).where(
+        Job.status == JobStatus.in_progress, Job.updated_at < p.stale,
+        and_(Job.segments_total > 0, Job.segments_done >= Job.segments_total))).all()
+    if jobs:
+        session.execute(update(Job).where(Job.id.in_(jobs)).values(updated_at=p.now))
+    return [(ASSEMBLE, str(job_id), "", 0.0) for job_id in jobs]
+
+
+def expire(session: Session, p: Pass) -> list[tuple[uuid.UUID, str | None]]:
+    """Mark completed jobs past `expires_at` deleted; return them, for their media to go."""
+    return [(job_id, output_url) for job_id, output_url in session.execute(
+        update(Job).where(Job.expires_at < p.now, Job.deleted_at.is_(None))
+        .values(deleted_at=p.now).returning(Job.id, Job.output_url)).all()]
+
+
+def _models(session: Session, job_ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
+    if not job_ids:
+        return {}
+    return {job_id: model for job_id, model in
+            session.execute(select(Job.id, Job.model).where(Job.id.in_(job_ids)))}
+
+
+SWEEPS = {"jobs_failed": fail_exhausted, "segments_reset": reset_lost,
+          "segments_requeued": requeue_forgotten, "plans": replan, "assemblies": reassemble}
 
 
 def reap(stale_seconds: float, enqueue: Enqueue, max_attempts: int = 3,
          backoff_seconds: float = 5.0) -> dict[str, int]:
-    """Run one pass; return how many segments and jobs were re-enqueued or failed."""
+    """Run one pass of every sweep; enqueue what they found once it has committed.
+
+    Returns how many each sweep found (and how many jobs expired).
+    """
     now = utcnow()
-    stale = now - timedelta(seconds=stale_seconds)
-    counts = {"segments_reset": 0, "segments_requeued": 0, "plans": 0, "assemblies": 0,
-              "expired": 0, "jobs_failed": 0}
-    lost = (Segment.status == SegmentStatus.running) & (Segment.heartbeat_at < stale)
+    p = Pass(now, now - timedelta(seconds=stale_seconds), max_attempts, backoff_seconds)
     with session_scope() as session:
-        exhausted = session.execute(
-            update(Segment).where(lost, Segment.attempts >= max_attempts)
-            .values(status=SegmentStatus.failed, heartbeat_at=now,
-                    error=f"worker lost while running, {max_attempts} times")
-            .returning(Segment.id, Segment.job_id)).all()
-        failed_jobs = []
-        for segment_id, job_id in exhausted:
-            session.execute(update(Job).where(Job.id == job_id)
-                            .values(segments_failed=Job.segments_failed + 1))
-            if transition(session, job_id, [JobStatus.in_progress], JobStatus.failed,
-                          detail={"segment_id": str(segment_id)}, completed_at=now,
-                          error={"code": "segment_failed", "message": "a segment's worker "
-                                 f"was lost {max_attempts} times"}) is not None:
-                failed_jobs.append(job_id)
-        counts["jobs_failed"] = len(failed_jobs)
-        reset_rows = session.execute(
-            update(Segment).where(lost)
-            .values(status=SegmentStatus.pending, heartbeat_at=now,
-                    error="worker lost while running; re-enqueued by the reaper")
-            .returning(Segment.id, Segment.attempts)).all()
-        reset = [segment_id for segment_id, _ in reset_rows]
-        counts["segments_reset"] = len(reset)
-        # Pending segments untouched since before `stale` (heartbeat is set when re-enqueued).
-        forgotten = session.execute(
-            select(Segment.id, Job.model).join(Job, Job.id == Segment.job_id)
-            .where(Segment.status == SegmentStatus.pending,
-                   Job.status == JobStatus.in_progress, Job.updated_at < stale,
-                   (Segment.heartbeat_at.is_(None)) | (Segment.heartbeat_at < stale))
-            .limit(10_000)).all()
-        if forgotten:
-            session.execute(update(Segment).where(Segment.id.in_([s for s, _ in forgotten]))
-                            .values(heartbeat_at=now))
-        unplanned = session.scalars(select(Job.id).where(
-            Job.status == JobStatus.queued, Job.created_at < stale,
-            Job.updated_at < stale)).all()
-        if unplanned:
-            session.execute(update(Job).where(Job.id.in_(unplanned)).values(updated_at=now))
-        unassembled = session.execute(select(Job.id).where(
-            Job.status == JobStatus.in_progress, Job.updated_at < stale,
-            and_(Job.segments_total > 0, Job.segments_done >= Job.segments_total))
-        ).scalars().all()
-        if unassembled:
-            session.execute(update(Job).where(Job.id.in_(unassembled)).values(updated_at=now))
-        expired = session.execute(
-            update(Job).where(Job.expires_at < now, Job.deleted_at.is_(None))
-            .values(deleted_at=now).returning(Job.id, Job.output_url)).all()
-        models = dict(session.execute(select(Segment.id, Job.model).join(
-            Job, Job.id == Segment.job_id).where(Segment.id.in_(reset))).all()) if reset else {}
-    for segment_id, attempts in reset_rows:
-        enqueue("narrator.synthesize", str(segment_id), models.get(segment_id, ""),
-                backoff(attempts, backoff_seconds))
-    for segment_id, model in forgotten:
-        enqueue("narrator.synthesize", str(segment_id), model, 0.0)
-    for job_id in unplanned:
-        enqueue("narrator.plan", str(job_id), "", 0.0)
-    for job_id in unassembled:
-        enqueue("narrator.assemble", str(job_id), "", 0.0)
-    for job_id in failed_jobs:
-        enqueue("narrator.notify", str(job_id), "", 0.0)
+        found = {name: sweep(session, p) for name, sweep in SWEEPS.items()}
+        expired = expire(session, p)
+    for tasks in found.values():
+        for task in tasks:
+            enqueue(*task)
     for job_id, output_url in expired:  # past RESULT_TTL_HOURS: the media goes
-        for store in {store_for(), store_for(output_url) if output_url else store_for()}:
-            store.delete(f"jobs/{job_id}")
-    counts |= {"segments_requeued": len(forgotten), "plans": len(unplanned),
-               "assemblies": len(unassembled), "expired": len(expired)}
+        for store in {store_for(), result_store(output_url)}:
+            store.delete(job_prefix(job_id))
+    counts = {name: len(tasks) for name, tasks in found.items()} | {"expired": len(expired)}
     if any(counts.values()):
         log.warning("reaper.requeued", **counts)
     return counts

@@ -1,21 +1,13 @@
-"""Worker settings: broker, engine, and text and audio choices."""
+"""Worker settings: the core ones plus engine tuning, text and audio choices."""
 
 from functools import lru_cache
-from pathlib import Path
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from core.settings import CoreSettings
 
 
-class WorkerSettings(BaseSettings):
-    """Settings read by Celery workers (and by the API for the broker and the catalogue)."""
+class WorkerSettings(CoreSettings):
+    """Settings only Celery workers read."""
 
-    model_config = SettingsConfigDict(env_prefix="NARRATOR_", extra="ignore")
-
-    data_dir: Path = Path("./narrator-data")
-    broker_url: str = ""
-    broker_poll_seconds: float = 0.01
-    engine: str = "piper"
-    model: str = ""
     segment_chars: int = 400
     sentence_gap_seconds: float = 0.25
     paragraph_gap_seconds: float = 0.6
@@ -29,11 +21,7 @@ class WorkerSettings(BaseSettings):
     # A running segment whose heartbeat is older than this lost its worker (reaper).
     segment_stale_seconds: float = 900.0
     reaper_interval_seconds: float = 30.0
-    sync_timeout_seconds: float = 120.0
-    webhook_secret: str = ""
-    outbound_allow: str = ""  # private networks or hosts webhooks may call (CIDRs, names)
     metrics_port: int = 0  # a worker serves /metrics here (0: only through the API's)
-    public_api_url: str = "http://127.0.0.1:8000"  # base of API URLs in webhook payloads
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
     vllm_deploy_config: str = ""
     vllm_max_in_flight: int = 64
@@ -56,21 +44,6 @@ class WorkerSettings(BaseSettings):
     def realtime_lane_threads(self) -> int:
         """Return the realtime lane's thread count."""
         return self.realtime_threads or (1 if self.engine == "piper" else 8)
-
-    @property
-    def embedded_broker(self) -> bool:
-        """Say whether the broker is the embedded filesystem transport."""
-        return not self.broker_url or self.broker_url.startswith("filesystem")
-
-    @property
-    def broker_dir(self) -> Path:
-        """Return the embedded broker's folder."""
-        return (self.data_dir / "broker").resolve()
-
-    @property
-    def channel_dir(self) -> Path:
-        """Return the embedded result channels' folder."""
-        return (self.data_dir / "channels").resolve()
 
 
 @lru_cache

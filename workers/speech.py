@@ -5,11 +5,12 @@ from typing import Any
 
 import structlog
 
-from narrator import metrics
-from workers.audio import CONTENT_TYPES, encode, to_pcm16
-from workers.channel import Message, channel_for
-from workers.engines import SpeechRequest, get_engine
-from workers.normalize import spoken
+from core import metrics
+from core.audio import CONTENT_TYPES, encode, to_pcm16
+from core.channel import Message, channel_for
+from core.normalize import spoken
+from workers.engine import get_engine
+from workers.engines import SpeechRequest
 from workers.settings import get_settings
 
 log = structlog.get_logger()

@@ -13,14 +13,28 @@ import structlog
 from celery import Task
 from celery.signals import task_postrun, task_prerun, worker_init, worker_shutdown
 
-from narrator import metrics
+from core import metrics, outbound
+from core.backoff import backoff
+from core.catalog import catalog
+from core.queues import (
+    ASSEMBLE,
+    ASSEMBLY,
+    BATCH,
+    NOTIFY,
+    PLAN,
+    PLAN_MANY,
+    SPEAK,
+    SYNTHESIZE,
+    model_queues,
+    split_queues,
+)
+from core.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
 from storage import STORAGE_ERRORS
-from workers import outbound, pipeline, reaper, speech, webhooks
-from workers.app import ASSEMBLY, BATCH, celery_app, model_queues, split_queues
-from workers.engines import Engine, SpeechRequest, get_engine, loaded_engine
-from workers.engines.catalog import catalog
+from workers import pipeline, reaper, speech, webhooks
+from workers.app import celery_app
+from workers.engine import get_engine, loaded_engine
+from workers.engines import Engine, SpeechRequest
 from workers.realtime import RealtimeLane
-from workers.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
 from workers.settings import WorkerSettings, get_settings
 
 log = structlog.get_logger()
@@ -55,6 +69,7 @@ _presence: _Presence | None = None
 _busy: metrics.BusyMeter | None = None
 _lane: RealtimeLane | None = None
 ENGINE_FAILED_EXIT = 3  # the worker's exit status when its engine cannot start
+WEBHOOK_MAX_ATTEMPTS = 11
 
 
 @task_prerun.connect
@@ -178,12 +193,12 @@ def assembly_queue() -> str:
 
 def _enqueue(task: str, item_id: str, model: str, countdown: float) -> None:
     """Send a task by name to the queue it belongs on (the reaper's re-enqueue)."""
-    queue = model_queues(model)[1] if task == "narrator.synthesize" else \
-        assembly_queue() if task == "narrator.assemble" else BATCH
+    queue = model_queues(model)[1] if task == SYNTHESIZE else \
+        assembly_queue() if task == ASSEMBLE else BATCH
     celery_app.send_task(task, args=[item_id], queue=queue, countdown=countdown or None)
 
 
-@celery_app.task(name="narrator.plan")
+@celery_app.task(name=PLAN)
 def plan(job_id: str) -> None:
     """Plan a job and enqueue its segments."""
     structlog.contextvars.bind_contextvars(job_id=job_id)
@@ -196,7 +211,7 @@ def plan(job_id: str) -> None:
         synthesize.apply_async((str(segment_id),), queue=queue)
 
 
-@celery_app.task(name="narrator.plan_many")
+@celery_app.task(name=PLAN_MANY)
 def plan_many(job_ids: list[str]) -> None:
     """Plan the jobs submitted together (api.enqueue); one that fails is left to the reaper,
     which plans again any job still queued after SEGMENT_STALE_SECONDS."""
@@ -209,7 +224,7 @@ def plan_many(job_ids: list[str]) -> None:
             structlog.contextvars.unbind_contextvars("job_id")
 
 
-@celery_app.task(name="narrator.synthesize", bind=True)
+@celery_app.task(name=SYNTHESIZE, bind=True)
 def synthesize(self: Task[Any, Any], segment_id: str) -> None:
     """Synthesise one segment; the last one to finish enqueues assembly."""
     try:
@@ -218,7 +233,8 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         log.exception("segment.failed", segment_id=segment_id)
         settings = get_settings()
         if pipeline.release(uuid.UUID(segment_id), repr(exc), settings.segment_max_attempts):
-            raise self.retry(countdown=2 ** min(self.request.retries, 6), max_retries=None,
+            raise self.retry(countdown=backoff(self.request.retries + 1, 1.0, cap=64),
+                             max_retries=None,
                              exc=exc) from exc
         job = pipeline.job_of(uuid.UUID(segment_id))
         if job is not None:
@@ -228,7 +244,7 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         assemble.apply_async((str(job_id),), queue=assembly_queue())
 
 
-@celery_app.task(name="narrator.assemble", bind=True)
+@celery_app.task(name=ASSEMBLE, bind=True)
 def assemble(self: Task[Any, Any], job_id: str) -> None:
     """Assemble a job whose segments are all done.
 
@@ -243,7 +259,7 @@ def assemble(self: Task[Any, Any], job_id: str) -> None:
         attempt = self.request.retries + 1
         log.warning("assembly.storage_failed", job_id=job_id, attempt=attempt, error=repr(exc))
         if attempt < settings.assembly_max_attempts:
-            raise self.retry(countdown=reaper.backoff(attempt, settings.retry_backoff_seconds),
+            raise self.retry(countdown=backoff(attempt, settings.retry_backoff_seconds),
                              max_retries=None, exc=exc) from exc
         if pipeline.fail_assembly(uuid.UUID(job_id), repr(exc), attempt):
             notify.apply_async((job_id,), queue=BATCH)
@@ -254,21 +270,25 @@ def assemble(self: Task[Any, Any], job_id: str) -> None:
         notify.apply_async((job_id,), queue=BATCH)
 
 
-@celery_app.task(name="narrator.notify", autoretry_for=(httpx.HTTPError,), retry_backoff=True,
-                 retry_backoff_max=600, max_retries=10)
-def notify(job_id: str) -> None:
-    """Call the job's webhook; failures are retried with exponential backoff."""
+@celery_app.task(name=NOTIFY, bind=True, max_retries=WEBHOOK_MAX_ATTEMPTS - 1)
+def notify(self: Task[Any, Any], job_id: str) -> None:
+    """Call the job's webhook; failures are retried after RETRY_BACKOFF_SECONDS, doubling."""
     structlog.contextvars.bind_contextvars(job_id=job_id)
     try:
         result = webhooks.notify(uuid.UUID(job_id))
     except outbound.RefusedURL as exc:  # now resolves somewhere private: never retried
         log.warning("webhook.refused", job_id=job_id, reason=str(exc))
         return
+    except httpx.HTTPError as exc:
+        delay = backoff(self.request.retries + 1, get_settings().retry_backoff_seconds)
+        log.warning("webhook.failed", job_id=job_id, attempt=self.request.retries + 1,
+                    error=repr(exc), retry_in=delay)
+        raise self.retry(countdown=delay, exc=exc) from exc
     if result is not None:
         log.info("webhook.delivered", job_id=job_id, **result)
 
 
-@celery_app.task(name="narrator.speak")
+@celery_app.task(name=SPEAK)
 def speak(payload: dict[str, Any]) -> None:
     """Answer one sync speech request on its channel."""
     structlog.contextvars.bind_contextvars(request_id=payload.get("request_id"))

@@ -15,11 +15,11 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.orm import defer
 
-from api.views import job_object
+from core import outbound
+from core.keys import result_store
+from core.views import job_object
 from models import Job
 from models.db import session_scope
-from storage import store_for
-from workers import outbound
 from workers.settings import get_settings
 
 TIMEOUT_SECONDS = 10.0
@@ -39,9 +39,9 @@ def payload(job_id: uuid.UUID) -> tuple[str, bytes] | None:
                              .where(Job.id == job_id))
         if job is None or not job.webhook_url or job.deleted_at is not None:
             return None
-        store = store_for(job.output_url) if job.output_url else store_for()
+        store = result_store(job.output_url)
         body = job_object(job, lambda key, local: store.url(key, local_url=local),
-                          settings.public_api_url.rstrip("/"))
+                          settings.api_url)
         return job.webhook_url, orjson.dumps(body)
 
 

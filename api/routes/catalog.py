@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from api.errors import not_found
 from api.routes.voices import uploaded_voices
 from api.state import OwnerDep, SessionDep, StateDep
-from workers.engines.catalog import ModelInfo
+from core.catalog import ModelInfo
 
 router = APIRouter()
 

@@ -22,12 +22,14 @@ from api.routes.voices import uploaded_voices
 from api.schemas import JobBody
 from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve
-from api.views import job_object
+from core import ids
+from core.formats import CONTENT_TYPES
+from core.keys import job_prefix, result_store
+from core.queues import BATCH, NOTIFY
+from core.views import job_object
 from models import ACTIVE, Job, JobStatus, utcnow
 from models.base import uuid7
 from models.transitions import atransition
-from storage import MediaStore, store_for
-from workers.formats import CONTENT_TYPES
 
 router = APIRouter()
 log = structlog.get_logger()
@@ -40,7 +42,7 @@ def _api_base(request: Request, state: State) -> str:
 
 
 def _render(job: Job, request: Request, state: State) -> dict[str, Any]:
-    store = _store(job, state)
+    store = result_store(job.output_url)
 
     def url_for(key: str, local: str) -> str:
         return store.url(key, local_url=local)
@@ -48,13 +50,9 @@ def _render(job: Job, request: Request, state: State) -> dict[str, Any]:
     return job_object(job, url_for, _api_base(request, state))
 
 
-def _store(job: Job, state: State) -> MediaStore:
-    return store_for(job.output_url) if job.output_url else state.store
-
-
 def _parse_id(job_id: str) -> uuid.UUID:
     try:
-        return uuid.UUID(hex=job_id.removeprefix("job_"))
+        return ids.parse(job_id, ids.JOB)
     except ValueError:
         raise not_found(f"job '{job_id}' not found", "job_id") from None
 
@@ -191,7 +189,7 @@ async def list_jobs(request: Request, state: StateDep, session: SessionDep, owne
         query = query.where(Job.status == status)
     if after:
         try:
-            query = query.where(Job.id < uuid.UUID(hex=after.removeprefix("job_")))
+            query = query.where(Job.id < ids.parse(after, ids.JOB))
         except ValueError:
             raise bad_request("after: not a job id", "after", "invalid_value") from None
     jobs = list((await session.scalars(query)).all())
@@ -217,7 +215,7 @@ async def job_content(job_id: str, state: StateDep, owner: OwnerDep,
         raise ApiError(409, f"job is {job.status.value}; content is available once completed",
                        type="conflict_error", code="job_not_completed")
     key, media_type = _content_key(job, variant, index)
-    store = _store(job, state)
+    store = result_store(job.output_url)
     if not store.is_s3:
         return FileResponse(store.path(key), media_type=media_type)
     try:
@@ -263,7 +261,7 @@ async def cancel_job(job_id: str, request: Request, state: StateDep, session: Se
     await session.commit()
     if moved is not None and job.webhook_url:
         try:
-            state.celery.send_task("narrator.notify", args=[str(job.id)], queue="batch")
+            state.celery.send_task(NOTIFY, args=[str(job.id)], queue=BATCH)
         except Exception as exc:  # the cancel stands; only the webhook is late
             log.warning("webhook.enqueue_failed", job_id=str(job.id), error=str(exc))
     if moved is None:
@@ -283,10 +281,10 @@ async def delete_job(job_id: str, state: StateDep, session: SessionDep,
     await atransition(session, job.id, ACTIVE, JobStatus.cancelled, completed_at=utcnow())
     await session.execute(update(Job).where(Job.id == job.id).values(deleted_at=utcnow()))
     await session.commit()
-    stores = {state.store, _store(job, state)}
+    stores = {state.store, result_store(job.output_url)}
     try:
         for store in stores:
-            await anyio.to_thread.run_sync(store.delete, f"jobs/{job.id}")
+            await anyio.to_thread.run_sync(store.delete, job_prefix(job.id))
     except OSError as exc:
         raise unavailable(f"the job is deleted but storage is unreachable: {exc}") from exc
-    return {"id": f"job_{job.id.hex}", "object": "audio.job.deleted", "deleted": True}
+    return {"id": ids.job_id(job.id), "object": "audio.job.deleted", "deleted": True}

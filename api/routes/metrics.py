@@ -10,10 +10,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import func, select
 
 from api.state import StateDep
+from core import metrics
+from core.broker import queue_depths
 from models import Job, JobStatus
-from narrator import metrics
-from workers.app import queue_depths
-from workers.settings import get_settings as worker_settings
 
 router = APIRouter()
 
@@ -42,7 +41,7 @@ async def prometheus(state: StateDep) -> Response:
     depth = GaugeMetricFamily("narrator_queue_depth", "Messages waiting in each queue",
                               labels=["queue"])
     for queue, waiting in (await anyio.to_thread.run_sync(queue_depths,
-                                                          worker_settings())).items():
+                                                          state.settings)).items():
         depth.add_metric([queue], waiting)
     families.append(depth)
     registry = CollectorRegistry()

@@ -11,10 +11,10 @@ from api.routes.voices import uploaded_voices
 from api.schemas import SpeechBody
 from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve, text_field
-from narrator import metrics
-from workers.app import model_queues
-from workers.channel import ChannelTimeout
-from workers.text import strip_pauses
+from core import metrics
+from core.channel import ChannelTimeout
+from core.queues import SPEAK, model_queues
+from core.text import strip_pauses
 
 router = APIRouter()
 
@@ -43,7 +43,7 @@ async def create_speech(body: SpeechBody, request: Request, state: StateDep,
                "stream": streamed, **body.extras()}
     timeout = state.settings.sync_timeout_seconds
     try:
-        state.celery.send_task("narrator.speak", args=[payload],
+        state.celery.send_task(SPEAK, args=[payload],
                                queue=model_queues(model.id)[0], expires=timeout)
     except Exception as exc:
         raise unavailable(f"the broker is unreachable: {exc}") from exc

@@ -9,9 +9,11 @@ from sqlalchemy import delete, select
 
 from api.errors import ApiError, bad_request, not_found
 from api.state import OwnerDep, SessionDep, StateDep
+from core import ids
+from core.catalog import ModelInfo, VoiceInfo
+from core.keys import voice_key
+from core.voices import MAX_UPLOAD_BYTES, BadClip, check_clip
 from models import Voice, utcnow
-from workers.engines.catalog import ModelInfo, VoiceInfo
-from workers.voices import MAX_UPLOAD_BYTES, BadClip, check_clip, voice_key
 
 router = APIRouter()
 REFUSALS = {"", "0", "false", "no", "off"}
@@ -19,7 +21,7 @@ REFUSALS = {"", "0", "false", "no", "off"}
 
 def public_id(voice: Voice) -> str:
     """Return `voice_<32 hex>`."""
-    return f"voice_{voice.id.hex}"
+    return ids.voice_id(voice.id)
 
 
 def _object(voice: Voice, model: ModelInfo | None) -> dict[str, Any]:
@@ -74,7 +76,7 @@ async def upload_voice(
                   duration_seconds=len(audio) / rate, created_at=utcnow())
     voice.id = uuid.uuid4()
     voice.key = voice_key(voice.id)
-    from workers.audio import encode
+    from core.audio import encode
 
     flac = await anyio.to_thread.run_sync(encode, audio, rate, "flac")
     await anyio.to_thread.run_sync(state.store.put, voice.key, flac)
@@ -88,7 +90,7 @@ async def delete_voice(voice_id: str, state: StateDep, session: SessionDep,
                        owner: OwnerDep) -> dict[str, Any]:
     """Delete an uploaded voice and its clip."""
     try:
-        key = uuid.UUID(hex=voice_id.removeprefix("voice_"))
+        key = ids.parse(voice_id, ids.VOICE)
     except ValueError:
         raise not_found(f"voice '{voice_id}' not found", "voice_id") from None
     deleted = (await session.execute(delete(Voice).where(Voice.id == key, Voice.owner == owner)

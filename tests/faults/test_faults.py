@@ -239,7 +239,7 @@ def test_postgres_restarted_mid_job(tmp_path: Path,
     from migrations import upgrade
 
     url, ctl = own_postgres
-    upgrade(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    upgrade(url)
     env = base_env(tmp_path, url, 7) | FAST_REAPER
     stack = start_stack(tmp_path / "stack", env)
     try:

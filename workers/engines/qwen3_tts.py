@@ -7,56 +7,16 @@ snapshots, depending on async_chunk and the requested output kind.
 """
 
 import enum
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from core.catalog import Qwen3Config
 from workers.engines import Audio, SpeechRequest
-from workers.engines.catalog import ISO_LANGUAGES
 
-TASK_TYPES = {"custom_voice": "CustomVoice", "voice_design": "VoiceDesign", "base": "Base"}
 DEFAULT_MAX_NEW_TOKENS = 2048
 SAMPLES_PER_FRAME = 1920  # 12.5 frames a second at 24 kHz
-
-
-@dataclass(frozen=True)
-class Qwen3Config:
-    """What a checkpoint supports, from its config.json."""
-
-    path: Path
-    task_type: str
-    speakers: tuple[str, ...]
-    languages: tuple[str, ...]
-    sample_rate: int
-    talker: dict[str, Any]
-
-    @classmethod
-    def load(cls, model_dir: Path) -> "Qwen3Config":
-        """Read config.json of a Qwen3-TTS checkpoint."""
-        config = json.loads((model_dir / "config.json").read_text())
-        kind = config.get("tts_model_type", "custom_voice")
-        if kind not in TASK_TYPES:
-            raise ValueError(f"{model_dir}: unknown tts_model_type {kind!r}")
-        talker = config.get("talker_config", {})
-        speakers = tuple(sorted(talker.get("spk_id") or {})) if kind == "custom_voice" else ()
-        languages = tuple(sorted(talker.get("codec_language_id") or {}))
-        return cls(path=model_dir, task_type=TASK_TYPES[kind], speakers=speakers,
-                   languages=languages, sample_rate=int(config.get("sample_rate", 24000)),
-                   talker=talker)
-
-    def language(self, value: str | None) -> str:
-        """Map an API language (ISO code, name, or none) to the model's name, or 'Auto'."""
-        if not value:
-            return "Auto"
-        lowered = value.lower().split("-")[0]
-        name = ISO_LANGUAGES.get(lowered, value.lower())
-        if name not in self.languages:
-            raise ValueError(f"language {value!r} is not supported; "
-                             f"supported: {', '.join(self.languages)}")
-        return name.title()
 
 
 @dataclass(frozen=True)

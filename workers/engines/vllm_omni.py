@@ -20,12 +20,11 @@ from typing import Any
 
 import structlog
 
+from core.catalog import ModelInfo, Qwen3Config
 from workers.engines import Audio, SpeechRequest, drain, slots_for
-from workers.engines.catalog import ModelInfo
 from workers.engines.qwen3_tts import (
     AudioCollector,
     OutputKind,
-    Qwen3Config,
     Reference,
     additional_information,
 )
@@ -189,22 +188,6 @@ class VllmOmniEngine:
         chunks: queue.SimpleQueue[Audio] = queue.SimpleQueue()
         return drain(self.submit(request, OutputKind.DELTA, chunks.put,
                                  reference=self._reference(request)), chunks)
-
-
-def from_settings() -> VllmOmniEngine:
-    """Build the engine NARRATOR_* settings describe (in the worker, or in its engine process)."""
-    from workers.engines.catalog import catalog, resolve_model_dir
-    from workers.settings import get_settings
-    from workers.voices import load_reference
-
-    settings = get_settings()
-    cache_environment(settings.cache_dir)
-    deploy = settings.vllm_deploy_config or str(DEPLOY_DIR / "qwen3_tts_narrator.yaml")
-    return VllmOmniEngine(
-        catalog(settings)[0], Qwen3Config.load(resolve_model_dir(settings.model)),
-        max_in_flight=settings.vllm_max_in_flight, priority=settings.vllm_priority,
-        references=load_reference, deploy_config="" if deploy == "default" else deploy,
-        stage_init_timeout=settings.vllm_stage_init_timeout)
 
 
 def _vllm_output_kind(kind: OutputKind) -> Any:

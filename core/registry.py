@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import orjson
 import redis
 
-from workers.engines.catalog import ModelInfo, VoiceInfo
-from workers.settings import WorkerSettings
+from core.catalog import ModelInfo, VoiceInfo
+from core.settings import CoreSettings
 
 TTL_SECONDS = 30
 FAILED_TTL_SECONDS = 600  # a worker whose engine failed exits; /readyz says why for this long
@@ -133,7 +133,7 @@ class FileRegistry:
         return records
 
 
-def registry_for(settings: WorkerSettings) -> Registry:
+def registry_for(settings: CoreSettings) -> Registry:
     """Return the registry that matches the broker."""
     if settings.embedded_broker:
         return FileRegistry((settings.data_dir / "workers").resolve())

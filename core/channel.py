@@ -18,7 +18,7 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from workers.settings import WorkerSettings
+from core.settings import CoreSettings
 
 STREAM_TTL_SECONDS = 300
 FILE_POLL_SECONDS = 0.002
@@ -149,7 +149,7 @@ class FileChannel:
                 folder.rmdir()
 
 
-def channel_for(settings: WorkerSettings) -> Channel:
+def channel_for(settings: CoreSettings) -> Channel:
     """Return the channel that matches the broker."""
     if settings.embedded_broker:
         return FileChannel(settings.channel_dir)

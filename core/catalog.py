@@ -8,13 +8,53 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from workers.settings import WorkerSettings, get_settings
+if TYPE_CHECKING:  # engines read the catalogue and must not reach the database's settings
+    from core.settings import CoreSettings
 
 ISO_LANGUAGES = {"en": "english", "zh": "chinese", "de": "german", "it": "italian",
                  "pt": "portuguese", "es": "spanish", "ja": "japanese", "ko": "korean",
                  "fr": "french", "ru": "russian"}
 QWEN3_EXTRAS = frozenset({"language", "seed", "max_new_tokens", "task_type"})
+TASK_TYPES = {"custom_voice": "CustomVoice", "voice_design": "VoiceDesign", "base": "Base"}
+
+
+@dataclass(frozen=True)
+class Qwen3Config:
+    """What a checkpoint supports, from its config.json."""
+
+    path: Path
+    task_type: str
+    speakers: tuple[str, ...]
+    languages: tuple[str, ...]
+    sample_rate: int
+    talker: dict[str, Any]
+
+    @classmethod
+    def load(cls, model_dir: Path) -> "Qwen3Config":
+        """Read config.json of a Qwen3-TTS checkpoint."""
+        config = json.loads((model_dir / "config.json").read_text())
+        kind = config.get("tts_model_type", "custom_voice")
+        if kind not in TASK_TYPES:
+            raise ValueError(f"{model_dir}: unknown tts_model_type {kind!r}")
+        talker = config.get("talker_config", {})
+        speakers = tuple(sorted(talker.get("spk_id") or {})) if kind == "custom_voice" else ()
+        languages = tuple(sorted(talker.get("codec_language_id") or {}))
+        return cls(path=model_dir, task_type=TASK_TYPES[kind], speakers=speakers,
+                   languages=languages, sample_rate=int(config.get("sample_rate", 24000)),
+                   talker=talker)
+
+    def language(self, value: str | None) -> str:
+        """Map an API language (ISO code, name, or none) to the model's name, or 'Auto'."""
+        if not value:
+            return "Auto"
+        lowered = value.lower().split("-")[0]
+        name = ISO_LANGUAGES.get(lowered, value.lower())
+        if name not in self.languages:
+            raise ValueError(f"language {value!r} is not supported; "
+                             f"supported: {', '.join(self.languages)}")
+        return name.title()
 
 
 @dataclass(frozen=True)
@@ -69,9 +109,8 @@ def piper_model(model_id: str) -> ModelInfo:
                      languages=(language,), voices=(voice,), extras=frozenset({"language"}))
 
 
-def catalog(settings: WorkerSettings | None = None) -> tuple[ModelInfo, ...]:
+def catalog(settings: "CoreSettings") -> tuple[ModelInfo, ...]:
     """Return the configured models, default first."""
-    settings = settings or get_settings()
     return _catalog(settings.engine, settings.model)
 
 
@@ -87,8 +126,6 @@ def resolve_model_dir(model: str) -> Path:
 
 def qwen3_model(model: str, model_id: str = "") -> ModelInfo:
     """Describe a Qwen3-TTS checkpoint from its config.json: task type, speakers, languages."""
-    from workers.engines.qwen3_tts import Qwen3Config
-
     config = Qwen3Config.load(resolve_model_dir(model))
     model_id = model_id or (model if not Path(model).is_dir() else Path(model).name)
     languages = tuple(name.title() for name in config.languages)

@@ -3,7 +3,7 @@
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import pairwise
 
@@ -129,6 +129,19 @@ def _parts(paragraph: str) -> Iterator[tuple[str, float | None]]:
     yield paragraph[start:], None
 
 
+@dataclass
+class _Draft:
+    """A piece while its chapter is planned: the silences that follow it so far."""
+
+    text: str
+    gap: float = 0.0  # the largest structural gap after it (segment, paragraph, chapter)
+    marks: list[float] = field(default_factory=list)  # inline [pause:Ns] marks after it
+
+    def pause(self) -> float:
+        """Marks win over structure: their sum, else the structural gap."""
+        return sum(self.marks) if self.marks else self.gap
+
+
 def plan_pieces(chapters: list[str], limit: int, gaps: Gaps,
                 language: str = "en") -> Iterator[Piece]:
     """Yield the segments of a job: chapters, then paragraphs, then packed sentences.
@@ -137,27 +150,27 @@ def plan_pieces(chapters: list[str], limit: int, gaps: Gaps,
     else the largest structural gap that follows it (segment, paragraph or chapter).
     """
     for number, text in enumerate(chapters):
-        # A flat list: piece texts and the gaps between them, (seconds, explicit).
-        events: list[str | tuple[float, bool]] = []
+        drafts: list[_Draft] = []
+        adjacent = False  # the next piece follows the last one directly: a segment gap
         for n, paragraph in enumerate(paragraphs(clean(text))):
-            if n:
-                events.append((gaps.paragraph, False))
+            if n and drafts:
+                drafts[-1].gap = max(drafts[-1].gap, gaps.paragraph)
+                adjacent = False
             for part, pause in _parts(paragraph):
                 for piece in pack(sentences(part.strip(), language), limit) if part.strip() \
                         else ():
-                    if events and isinstance(events[-1], str):
-                        events.append((gaps.segment, False))
-                    events.append(piece)
+                    if adjacent:
+                        drafts[-1].gap = max(drafts[-1].gap, gaps.segment)
+                    drafts.append(_Draft(piece))
+                    adjacent = True
                 if pause is not None:
-                    events.append((pause, True))
-        events.append((gaps.chapter, False))
-        texts = [i for i, event in enumerate(events) if isinstance(event, str)]
-        for k, index in enumerate(texts):
-            end = texts[k + 1] if k + 1 < len(texts) else len(events)
-            following = [e for e in events[index + 1 : end] if isinstance(e, tuple)]
-            explicit = [seconds for seconds, marked in following if marked]
-            pause = sum(explicit) if explicit else max(seconds for seconds, _ in following)
-            yield Piece(number, str(events[index]), pause)
+                    if drafts:
+                        drafts[-1].marks.append(pause)
+                    adjacent = False
+        if drafts:
+            drafts[-1].gap = max(drafts[-1].gap, gaps.chapter)
+        for draft in drafts:
+            yield Piece(number, draft.text, draft.pause())
 
 
 class IncompletePlan(ValueError):

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
+import numpy.typing as npt
 import soundfile as sf
 import soxr
 
-from workers.engines import Audio
-from workers.formats import CONTENT_TYPES, EXTENSIONS
+from core.formats import CONTENT_TYPES, EXTENSIONS
+
+Audio = npt.NDArray[np.float32]  # mono float32 in [-1, 1]
 
 __all__ = ["CONTENT_TYPES", "EXTENSIONS", "decode", "encode", "encode_to"]
 

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from core import ids
 from models import Job, JobStatus, utcnow
 
 # (storage key, API content URL for local files) -> URL
@@ -12,7 +13,7 @@ UrlFor = Callable[[str, str], str]
 
 def public_id(job: Job) -> str:
     """Return the public id, `job_<32 hex>`."""
-    return f"job_{job.id.hex}"
+    return ids.job_id(job.id)
 
 
 def _ts(value: datetime | None) -> int | None:

@@ -1,0 +1,20 @@
+"""Public ids: `job_<32 hex>` and `voice_<32 hex>` over the rows' UUIDs."""
+
+import uuid
+
+JOB, VOICE = "job_", "voice_"
+
+
+def job_id(key: uuid.UUID) -> str:
+    """Return a job's public id."""
+    return f"{JOB}{key.hex}"
+
+
+def voice_id(key: uuid.UUID) -> str:
+    """Return an uploaded voice's public id."""
+    return f"{VOICE}{key.hex}"
+
+
+def parse(public: str, prefix: str) -> uuid.UUID:
+    """Return the UUID behind a public id of `prefix` (also taken bare); ValueError if none."""
+    return uuid.UUID(hex=public.removeprefix(prefix))

@@ -1,0 +1,30 @@
+"""Where a job's media lives: storage keys, and the store that holds them."""
+
+import uuid
+
+from storage import MediaStore, store_for
+
+
+def job_prefix(job_id: uuid.UUID) -> str:
+    """Return the prefix of everything a job stores."""
+    return f"jobs/{job_id}"
+
+
+def parts_prefix(job_id: uuid.UUID) -> str:
+    """Return the prefix of a job's working parts (deleted once it is assembled)."""
+    return f"{job_prefix(job_id)}/parts"
+
+
+def part_key(job_id: uuid.UUID, index: int) -> str:
+    """Return the storage key of one segment's part (32-bit float WAV)."""
+    return f"{parts_prefix(job_id)}/{index:06d}.wav"
+
+
+def voice_key(voice_id: uuid.UUID) -> str:
+    """Return the storage key of an uploaded voice's reference clip."""
+    return f"voices/{voice_id}/reference.flac"
+
+
+def result_store(output_url: str | None) -> MediaStore:
+    """Return the store a job's results go to: its `output_url`, else the platform's."""
+    return store_for(output_url) if output_url else store_for()

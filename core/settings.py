@@ -1,0 +1,58 @@
+"""The one settings base: what every Narrator process reads (prefix NARRATOR_).
+
+The database's and storage's own settings (models/, storage/: they import nothing above
+them) are merged in, so each variable has one default; the API's and the workers' settings
+extend this class with what only they read.
+"""
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic_settings import SettingsConfigDict
+
+from models.settings import DatabaseSettings
+from storage.settings import StorageSettings
+
+
+class CoreSettings(DatabaseSettings, StorageSettings):
+    """Broker, engine and model, and the URLs and limits both sides of a job share."""
+
+    model_config = SettingsConfigDict(env_prefix="NARRATOR_", extra="ignore")
+
+    broker_url: str = ""
+    broker_poll_seconds: float = 0.01
+    engine: str = "piper"
+    model: str = ""
+    # Base of API URLs: the API uses the request's own base URL when empty; webhook payloads
+    # (sent by workers) use http://127.0.0.1:8000 then.
+    public_api_url: str = ""
+    # Private networks or hosts that webhooks may call anyway (comma-separated CIDRs, names).
+    outbound_allow: str = ""
+    sync_timeout_seconds: float = 120.0
+    webhook_secret: str = ""
+
+    @property
+    def embedded_broker(self) -> bool:
+        """Say whether the broker is the embedded filesystem transport."""
+        return not self.broker_url or self.broker_url.startswith("filesystem")
+
+    @property
+    def broker_dir(self) -> Path:
+        """Return the embedded broker's folder."""
+        return (self.data_dir / "broker").resolve()
+
+    @property
+    def channel_dir(self) -> Path:
+        """Return the embedded result channels' folder."""
+        return (self.data_dir / "channels").resolve()
+
+    @property
+    def api_url(self) -> str:
+        """Return the API's base URL for links made outside a request (webhook payloads)."""
+        return (self.public_api_url or "http://127.0.0.1:8000").rstrip("/")
+
+
+@lru_cache
+def get_settings() -> CoreSettings:
+    """Return the process-wide core settings."""
+    return CoreSettings()

@@ -1,0 +1,76 @@
+"""The worker's engine: built once per process from the settings, with the worker's wiring.
+
+Here, not in workers/engines/, because building one reaches the database and storage (the
+reference clips of uploaded voices): the engines themselves never do.
+"""
+
+import threading
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from core.catalog import Qwen3Config, catalog, resolve_model_dir
+from workers.engines import Engine
+from workers.settings import get_settings
+from workers.voices import load_reference
+
+if TYPE_CHECKING:
+    from workers.engines.vllm_omni import VllmOmniEngine
+
+_LOADING = threading.Lock()
+
+
+def get_engine() -> Engine:
+    """Return the process's engine, loading it on first use.
+
+    One thread loads it while the others wait: lru_cache alone would let two threads that
+    ask at once each build an engine (two vLLM-Omni engines on one GPU).
+    """
+    with _LOADING:
+        return _load()
+
+
+def loaded_engine() -> Engine | None:
+    """Return the engine if it has been loaded, else None (never loads it)."""
+    with _LOADING:
+        return _load() if _load.cache_info().currsize else None
+
+
+def reset_engine() -> None:
+    """Forget the loaded engine (tests and benchmarks that change the settings)."""
+    with _LOADING:
+        _load.cache_clear()
+
+
+@lru_cache
+def _load() -> Engine:
+    settings = get_settings()
+    info = catalog(settings)[0]
+    if info.engine == "piper":
+        from workers.engines.piper import PiperEngine
+
+        return PiperEngine(info, sentence_gap=settings.sentence_gap_seconds)
+    if info.engine == "vllm-omni":
+        if not settings.vllm_engine_process:
+            return vllm_from_settings()
+        from workers.engines.engine_process import EngineProcess
+
+        config = Qwen3Config.load(resolve_model_dir(settings.model))
+        return EngineProcess(info, vllm_from_settings, sample_rate=config.sample_rate,
+                             max_in_flight=settings.vllm_max_in_flight,
+                             references=load_reference if config.task_type == "Base" else None,
+                             start_timeout=settings.vllm_stage_init_timeout * 2)
+    raise ValueError(f"no engine for {info.engine!r}")
+
+
+def vllm_from_settings() -> "VllmOmniEngine":
+    """Build the engine NARRATOR_* settings describe (in the worker, or in its engine process)."""
+    from workers.engines.vllm_omni import DEPLOY_DIR, VllmOmniEngine, cache_environment
+
+    settings = get_settings()
+    cache_environment(settings.cache_dir)
+    deploy = settings.vllm_deploy_config or str(DEPLOY_DIR / "qwen3_tts_narrator.yaml")
+    return VllmOmniEngine(
+        catalog(settings)[0], Qwen3Config.load(resolve_model_dir(settings.model)),
+        max_in_flight=settings.vllm_max_in_flight, priority=settings.vllm_priority,
+        references=load_reference, deploy_config="" if deploy == "default" else deploy,
+        stage_init_timeout=settings.vllm_stage_init_timeout)

@@ -1,0 +1,125 @@
+"""Where everything sits in a job's audio: segment offsets, chapter spans, cues, manifest."""
+
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+from core.ids import job_id
+from core.text import sentences
+from models import Job, Segment
+
+
+def timestamp(seconds: float, sep: str) -> str:
+    """Format seconds as HH:MM:SS{sep}mmm (',' for SRT, '.' for VTT)."""
+    ms = round(seconds * 1000)
+    h, rest = divmod(ms, 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, ms = divmod(rest, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+
+
+def subtitles(cues: list[tuple[float, float, str]], kind: str) -> str:
+    """Render (start, end, text) cues as SRT or WebVTT."""
+    sep = "," if kind == "srt" else "."
+    blocks = [
+        (f"{n}\n" if kind == "srt" else "")
+        + f"{timestamp(start, sep)} --> {timestamp(end, sep)}\n{text}\n"
+        for n, (start, end, text) in enumerate(cues, 1)
+    ]
+    head = "WEBVTT\n\n" if kind == "vtt" else ""
+    return head + "\n".join(blocks)
+
+
+class Timeline:
+    """Sample offsets of each segment in the final audio, from the exact part lengths."""
+
+    def __init__(self, segments: list[Segment], rate: int) -> None:
+        self.rate = rate
+        self.starts: list[int] = []
+        cursor = 0
+        for n, segment in enumerate(segments):
+            self.starts.append(cursor)
+            cursor += segment.samples or 0
+            if n < len(segments) - 1:
+                cursor += self.gap(segment)
+        self.total = cursor
+
+    def gap(self, segment: Segment) -> int:
+        """Return the silence after a segment, in samples."""
+        return round(segment.pause_after * self.rate)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One chapter in the final audio: its number, title, and start and end sample."""
+
+    number: int
+    title: str
+    start: int
+    end: int
+
+    def mark(self, rate: int) -> tuple[str, float, float]:
+        """Return the chapter mark an m4b carries: title, start and end in seconds."""
+        return self.title, self.start / rate, self.end / rate
+
+    def record(self, rate: int) -> dict[str, Any]:
+        """Return the chapter as the result and the manifest list it."""
+        return {"title": self.title, "start_seconds": self.start / rate,
+                "duration_seconds": (self.end - self.start) / rate}
+
+
+def chapter_spans(job: Job, segments: list[Segment], timeline: Timeline) -> list[Span]:
+    """Return each chapter's span, from the exact segment offsets."""
+    spans = []
+    for number, group in groupby(enumerate(segments), key=lambda pair: pair[1].chapter):
+        pairs = list(group)
+        first, (last, tail) = pairs[0][0], pairs[-1]
+        spans.append(Span(number, job.chapters[number].get("title") or f"Chapter {number + 1}",
+                          timeline.starts[first], timeline.starts[last] + (tail.samples or 0)))
+    return spans
+
+
+def sentence_cues(segments: list[Segment], timeline: Timeline,
+                  language: str) -> list[tuple[float, float, str]]:
+    """One cue per sentence: (start s, end s, text).
+
+    Each segment's span is exact, from the sample counts of its part. Inside a segment, which
+    the engine spoke in one go, the span is shared among its sentences by their length in
+    letters and digits, an estimate; the segment's last cue ends exactly where its audio ends.
+    """
+    cues = []
+    for n, segment in enumerate(segments):
+        start, samples = timeline.starts[n], segment.samples or 0
+        parts = sentences(segment.text, language) or [segment.text]
+        weights = [max(1, sum(ch.isalnum() for ch in part)) for part in parts]
+        total, done = sum(weights), 0
+        for part, weight in zip(parts, weights, strict=True):
+            begin = start + samples * done // total
+            done += weight
+            cues.append((begin / timeline.rate, (start + samples * done // total) / timeline.rate,
+                         part))
+    return cues
+
+
+def manifest(job: Job, segments: list[Segment], timeline: Timeline,
+             chapters: list[dict[str, Any]], checks: dict[str, Any] | None) -> dict[str, Any]:
+    """Return the manifest: settings, usage, chapters, checks, and one entry per segment."""
+    rate = timeline.rate
+    return {
+        "id": job_id(job.id), "model": job.model, "voice": job.voice,
+        "response_format": job.response_format, "speed": job.speed, "options": job.options,
+        "sample_rate": rate,
+        "usage": {"input_characters": job.input_characters,
+                  "audio_seconds": timeline.total / rate},
+        "chapters": [{k: v for k, v in c.items() if k != "key"} for c in chapters],
+        "checks": (checks or {}) | {"parts": {
+            "segments": len(segments), "samples": sum(s.samples or 0 for s in segments),
+            "verified": "every part present, with the samples recorded for its segment"}},
+        "segments": [
+            {"index": s.index, "chapter": s.chapter, "chars": len(s.text),
+             "start_seconds": timeline.starts[n] / rate,
+             "duration_seconds": (s.samples or 0) / rate, "attempts": s.attempts}
+            | ({"quality": s.quality} if s.quality else {})
+            for n, s in enumerate(segments)
+        ],
+    }
