@@ -32,3 +32,6 @@ def configure(level: str = "INFO", json: bool | None = None) -> None:
     root.setLevel(level)
     # kombu warns on every connection of the filesystem transport that it has no hostname.
     logging.getLogger("kombu.connection").setLevel(logging.ERROR)
+    # One line per HTTP request made (webhooks, S3, the CLI's calls) is noise: callers log.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)

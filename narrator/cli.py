@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +29,16 @@ UrlOpt = Annotated[str, typer.Option("--url", envvar="NARRATOR_URL", help="API b
 KeyOpt = Annotated[str, typer.Option("--api-key", envvar="NARRATOR_API_KEY")]
 DEFAULT_URL = "http://127.0.0.1:8000"
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _upgrade() -> None:
+    """Migrate the database, quietly (alembic announces every step at INFO)."""
+    import logging
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # before: it logs on import too
+    from migrations import upgrade
+
+    upgrade()
 
 
 @cli.command()
@@ -136,6 +148,7 @@ def worker(
     pool: Annotated[str, typer.Option(help="solo for Piper, threads for vLLM-Omni")] = "",
     concurrency: int = 0,
     loglevel: str = "INFO",
+    banner: Annotated[bool, typer.Option(help="print Celery's start-up banner")] = True,
 ) -> None:
     """Run a Celery worker on the configured engine."""
     from core.catalog import catalog
@@ -152,7 +165,8 @@ def worker(
     # Celery's pool, so batch work never holds the threads sync speech needs.
     pooled, _ = split_queues(queues.split(","))
     pool = pool or ("solo" if settings.engine == "piper" else "threads")
-    argv = ["worker", "-Q", ",".join(pooled), "--pool", pool, "-l", loglevel,
+    argv = [*([] if banner else ["--quiet"]), "worker", "-Q", ",".join(pooled), "--pool", pool,
+            "-l", loglevel,
             "--without-mingle", "--without-gossip", "--without-heartbeat"]
     if not concurrency and pool == "threads":
         # Every in-flight segment shares the GPU; the extra threads write finished parts.
@@ -165,12 +179,12 @@ def worker(
 @cli.command()
 def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
     """Run everything in one command: migrate, a worker and the API (embedded defaults)."""
-    from migrations import upgrade
-
     _share_metrics()  # the API's /metrics shows the worker's too
-    upgrade()
-    # -P: keep the working directory off sys.path in the child too.
-    child = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "worker"],
+    _upgrade()
+    # -P: keep the working directory off sys.path in the child too. The worker says only
+    # what goes wrong; the API logs one line per request.
+    child = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "--log-level", "WARNING",
+                              "worker", "--no-banner", "--loglevel", "WARNING"],
                              env=os.environ.copy())
     typer.echo(f"Narrator on http://{host}:{port} (worker pid {child.pid}); Ctrl-C stops it")
     try:
@@ -183,9 +197,17 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
             child.kill()
 
 
-def _client(url: str, key: str, timeout: float = 300) -> httpx.Client:
+@contextmanager
+def _client(url: str, key: str, timeout: float = 300) -> Iterator[httpx.Client]:
+    """An HTTP client for the API; an API that cannot be reached is one line, not a trace."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+    try:
+        with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout) as client:
+            yield client
+    except httpx.TransportError as exc:
+        typer.echo(f"error: no Narrator API answers at {url} ({type(exc).__name__}); start "
+                   "one with `narrator serve`, or point --url (NARRATOR_URL) at yours", err=True)
+        raise typer.Exit(1) from None
 
 
 def _fail(response: httpx.Response) -> None:

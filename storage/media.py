@@ -17,6 +17,10 @@ class StorageUnavailable(OSError):
     """The media store could not be reached, or failed the operation (not a missing key)."""
 
 
+class StorageRefused(StorageUnavailable, PermissionError):
+    """The media store refused the operation: credentials or permissions."""
+
+
 @contextmanager
 def _reaching(action: str, key: str) -> Iterator[None]:
     """Raise StorageUnavailable for what a storage outage raises; a missing key stays
@@ -25,6 +29,8 @@ def _reaching(action: str, key: str) -> Iterator[None]:
         yield
     except FileNotFoundError:
         raise
+    except PermissionError as exc:
+        raise StorageRefused(f"storage refused to {action} {key!r}: {exc}") from exc
     except (OSError, BotoCoreError) as exc:
         raise StorageUnavailable(f"storage could not {action} {key!r}: {exc}") from exc
 

@@ -122,8 +122,8 @@ def test_errors_are_shown_in_words(browser: WebDriver, served: str) -> None:
     assert "text too long for a sync request: use a job" in message
 
 
-def test_a_markdown_book_from_chapters_to_synced_subtitles(browser: WebDriver,
-                                                           served: str) -> None:
+def test_a_markdown_book_from_chapters_to_synced_subtitles(browser: WebDriver, served: str,
+                                                           tmp_path: Path) -> None:
     open_console(browser, served, "jobs")
     browser.find_element(By.CSS_SELECTOR, 'input[name="job-kind"][value="markdown"]').click()
     browser.find_element(By.ID, "job-text").send_keys(BOOK)
@@ -150,6 +150,16 @@ def test_a_markdown_book_from_chapters_to_synced_subtitles(browser: WebDriver,
     assert downloads[0] == "Audio"
     assert "Chapter 2: The Market" in downloads
     assert {"Subtitles (SRT)", "Subtitles (VTT)", "Manifest (JSON)"} <= set(downloads)
+    # Laid out as a row of buttons that wrap: none overlaps another, no bullets.
+    boxes = browser.execute_script(
+        "return [...document.querySelectorAll('#player-downloads a')].map(a => {"
+        "  const r = a.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; });")
+    for n, a in enumerate(boxes):
+        for b in boxes[n + 1:]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
+    assert browser.execute_script("return getComputedStyle(document.querySelector("
+                                  "'#player-downloads li')).listStyleType") == "none"
+    browser.find_element(By.ID, "player-downloads").screenshot(str(tmp_path / "downloads.png"))
     until(browser, lambda d: d.execute_script(
         "return document.getElementById('player-audio').readyState >= 1"))
 
