@@ -8,7 +8,7 @@ and shared by all three paths, so they are compared in one run on the same GPU s
   (b) adapter: N threads each calling VllmOmniEngine.synthesize(), as Celery's threads pool
                drives it;
   (c) worker:  an in-process Celery worker (threads pool, embedded filesystem broker,
-               SQLite) consuming N `narrator.synthesize` segment tasks, parts written as FLAC.
+               SQLite) consuming N `narrator.synthesize` segment tasks, parts written as float WAV.
 
 With --process-paths, the engine is then closed and started again in a child process of its
 own (NARRATOR_VLLM_ENGINE_PROCESS, the worker's default), and those paths run again against

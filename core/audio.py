@@ -66,7 +66,7 @@ Mark = tuple[str, float, float]  # a chapter: title, start and end in seconds
 
 def _encode_aac(blocks: Iterable[Audio], rate: int, sink: Sink, container_format: str = "adts",
                 marks: list[Mark] | None = None) -> None:
-    import av  # imported here: GPU workers encode parts as FLAC and need no ffmpeg
+    import av  # imported here: GPU workers write parts as float WAV and need no ffmpeg
 
     with av.open(sink, mode="w", format=container_format) as container:
         stream = container.add_stream("aac", rate=rate, layout="mono")

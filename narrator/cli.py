@@ -160,7 +160,8 @@ def worker(
     # GPU workers leave assembly to CPU workers while any run (workers.tasks.assembly_queue).
     queues = queues or ",".join(worker_queues([m.id for m in catalog(settings)],
                                               assembles=settings.engine == "piper"))
-    os.environ["NARRATOR_WORKER_QUEUES"] = queues  # published in the worker registry
+    os.environ["NARRATOR_WORKER_QUEUES"] = queues  # the worker's settings read it
+    get_settings.cache_clear()
     # Realtime queues go to the worker's realtime lane (workers.realtime), the rest to
     # Celery's pool, so batch work never holds the threads sync speech needs.
     pooled, _ = split_queues(queues.split(","))
@@ -181,10 +182,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
     """Run everything in one command: migrate, a worker and the API (embedded defaults)."""
     _share_metrics()  # the API's /metrics shows the worker's too
     _upgrade()
-    # -P: keep the working directory off sys.path in the child too. The worker says only
-    # what goes wrong; the API logs one line per request.
-    child = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "--log-level", "WARNING",
-                              "worker", "--no-banner", "--loglevel", "WARNING"],
+    # -P: keep the working directory off sys.path in the child too. No Celery banner and no
+    # Celery chatter: the worker's own lines (job and segment events) and the API's requests.
+    child = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "worker", "--no-banner",
+                              "--loglevel", "WARNING"],
                              env=os.environ.copy())
     typer.echo(f"Narrator on http://{host}:{port} (worker pid {child.pid}); Ctrl-C stops it")
     try:

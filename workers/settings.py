@@ -8,6 +8,7 @@ from core.settings import CoreSettings
 class WorkerSettings(CoreSettings):
     """Settings only Celery workers read."""
 
+    worker_queues: str = ""  # set by `narrator worker` (--queues); published in the registry
     segment_chars: int = 400
     sentence_gap_seconds: float = 0.25
     paragraph_gap_seconds: float = 0.6

@@ -46,7 +46,7 @@ class _Presence:
     def __init__(self) -> None:
         settings = get_settings()
         self.registry = registry_for(settings)
-        self.queues = tuple(os.environ.get("NARRATOR_WORKER_QUEUES", "realtime,batch").split(","))
+        self.queues = tuple(q for q in settings.worker_queues.split(",") if q)
         self.models = catalog(settings)
         self.state = "warming"
         self.reason = ""

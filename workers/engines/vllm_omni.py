@@ -1,9 +1,10 @@
-"""Qwen3-TTS through vLLM-Omni: one AsyncOmni per worker process, shared by every task thread.
+"""Qwen3-TTS through vLLM-Omni: one AsyncOmni per GPU, shared by every request.
 
-The engine is created lazily, on first use, inside its own event-loop thread; Celery's
-`threads` pool runs each task in a thread that submits its request to that loop and waits.
-All concurrent segments and sync requests therefore share one continuously batched GPU.
-Importing this module needs neither torch nor vLLM; starting the engine does.
+The engine is created lazily, on first use, inside its own event-loop thread, in the child
+process a worker owns (engine_process.py; VLLM_ENGINE_PROCESS=false: in the worker itself).
+Task and realtime-lane threads submit requests to that loop and wait, so all concurrent
+segments and sync requests share one continuously batched GPU. Importing this module needs
+neither torch nor vLLM; starting the engine does.
 """
 
 import asyncio
