@@ -3,8 +3,9 @@
 from models.api_key import ApiKey
 from models.base import Base, utcnow, uuid7
 from models.job import ACTIVE, Job, JobEvent, JobStatus, Segment, SegmentStatus, Voice
+from models.worker import WorkerBeat
 
 __all__ = [
     "ACTIVE", "ApiKey", "Base", "Job", "JobEvent", "JobStatus", "Segment", "SegmentStatus",
-    "Voice", "utcnow", "uuid7",
+    "Voice", "WorkerBeat", "utcnow", "uuid7",
 ]

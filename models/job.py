@@ -112,6 +112,7 @@ class Segment(Base):
                                                   default=SegmentStatus.pending)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     heartbeat_at: Mapped[datetime | None] = mapped_column()
+    worker: Mapped[str | None] = mapped_column(String(255))  # who holds it while running
     samples: Mapped[int | None] = mapped_column(Integer)
     duration_seconds: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)

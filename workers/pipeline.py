@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, defer
 from core import metrics
 from core.keys import part_key, parts_prefix, result_store
 from core.normalize import spoken
+from core.registry import worker_id
 from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
@@ -116,6 +117,20 @@ def _guarded(engine: Engine, request: SpeechRequest, rate: float,
     return audio, runs, flag
 
 
+def reserve(segment_id: uuid.UUID) -> None:
+    """Mark a pending segment as taken off the broker by this worker.
+
+    A worker that dies between taking a message and claiming its segment leaves no running
+    row behind, and a broker hands such a message back late or never (Redis after its
+    visibility timeout, the embedded broker never): the reaper hands on the pending
+    segments of dead workers too.
+    """
+    with session_scope() as session:
+        session.execute(update(Segment).where(Segment.id == segment_id,
+                                              Segment.status == SegmentStatus.pending)
+                        .values(worker=worker_id()))
+
+
 def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID | None:
     """Claim and synthesise one segment; return the job id if it was the last to finish."""
     settings = get_settings()
@@ -125,7 +140,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
             update(Segment)
             .where(Segment.id == segment_id, Segment.status == SegmentStatus.pending, job_running)
             .values(status=SegmentStatus.running, attempts=Segment.attempts + 1,
-                    heartbeat_at=utcnow())
+                    heartbeat_at=utcnow(), worker=worker_id())
             .returning(Segment.job_id, Segment.index, Segment.text)
         ).first()
         if claimed is None:
@@ -152,7 +167,8 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
     with session_scope() as session:
         finished = session.execute(
             update(Segment)
-            .where(Segment.id == segment_id, Segment.status == SegmentStatus.running)
+            .where(Segment.id == segment_id, Segment.status == SegmentStatus.running,
+                   Segment.worker == worker_id())  # not if it was handed on meanwhile
             .values(status=SegmentStatus.done, samples=len(audio), duration_seconds=seconds,
                     heartbeat_at=utcnow(), error=None, quality=flag,
                     attempts=Segment.attempts + runs - 1)
@@ -188,7 +204,8 @@ def release(segment_id: uuid.UUID, error: str, max_attempts: int) -> bool:
         status = SegmentStatus.pending if retry else SegmentStatus.failed
         session.execute(
             update(Segment)
-            .where(Segment.id == segment_id, Segment.status == SegmentStatus.running)
+            .where(Segment.id == segment_id, Segment.status == SegmentStatus.running,
+                   Segment.worker == worker_id())
             .values(status=status, error=error[:2000])
         )
         if not retry:

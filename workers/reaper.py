@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy import ColumnElement, and_, select, update
+from sqlalchemy import ColumnElement, and_, delete, select, update
 from sqlalchemy.orm import Session
 
 from core.backoff import backoff
 from core.keys import job_prefix, result_store
 from core.queues import ASSEMBLE, NOTIFY, PLAN, SYNTHESIZE
-from models import Job, JobStatus, Segment, SegmentStatus, utcnow
+from models import Job, JobStatus, Segment, SegmentStatus, WorkerBeat, utcnow
 from models.db import session_scope
 from models.transitions import transition
 from storage import store_for
@@ -42,14 +42,19 @@ class Pass:
     """One reaper pass: its clock, and the settings its sweeps read."""
 
     now: datetime
-    stale: datetime
+    stale: datetime  # work untouched since then may have lost its message
+    live_since: datetime  # a worker that has not beaten since then is dead
     max_attempts: int
     backoff_seconds: float
 
     @property
     def lost(self) -> ColumnElement[bool]:
-        """Segments running whose heartbeat is stale: their worker died."""
-        return (Segment.status == SegmentStatus.running) & (Segment.heartbeat_at < self.stale)
+        """Segments running on a worker that stopped beating (or, claimed before workers
+        beat, whose own heartbeat is stale)."""
+        live = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at >= self.live_since)
+        return (Segment.status == SegmentStatus.running) & (
+            (Segment.worker.is_(None) & (Segment.heartbeat_at < self.stale))
+            | (Segment.worker.is_not(None) & Segment.worker.not_in(live)))
 
 
 def fail_exhausted(session: Session, p: Pass) -> list[Task]:
@@ -75,12 +80,34 @@ def reset_lost(session: Session, p: Pass) -> list[Task]:
     """Put the other lost segments back to pending, to run after a doubling backoff."""
     rows = session.execute(
         update(Segment).where(p.lost)
-        .values(status=SegmentStatus.pending, heartbeat_at=p.now,
+        .values(status=SegmentStatus.pending, heartbeat_at=p.now, worker=None,
                 error="worker lost while running; re-enqueued by the reaper")
         .returning(Segment.id, Segment.attempts, Segment.job_id)).all()
     models = _models(session, {job_id for *_, job_id in rows})
-    return [(SYNTHESIZE, str(segment_id), models[job_id], backoff(attempts, p.backoff_seconds))
+    # The first loss goes again at once; repeated ones back off (a segment that kills its
+    # worker should not take down the next one straight away).
+    return [(SYNTHESIZE, str(segment_id), models[job_id],
+             0.0 if attempts <= 1 else backoff(attempts - 1, p.backoff_seconds))
             for segment_id, attempts, job_id in rows]
+
+
+def requeue_orphans(session: Session, p: Pass) -> list[Task]:
+    """Re-enqueue at once the pending segments a dead worker took off the broker but never
+    started (pipeline.reserve): their messages went with it."""
+    live = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at >= p.live_since)
+    rows = session.execute(
+        update(Segment).where(Segment.status == SegmentStatus.pending,
+                              Segment.worker.is_not(None), Segment.worker.not_in(live))
+        .values(worker=None, heartbeat_at=p.now)
+        .returning(Segment.id, Segment.job_id)).all()
+    models = _models(session, {job_id for _, job_id in rows})
+    return [(SYNTHESIZE, str(segment_id), models[job_id], 0.0) for segment_id, job_id in rows]
+
+
+def forget_dead(session: Session, p: Pass) -> list[Task]:
+    """Remove the rows of dead workers once their segments have been handed on."""
+    session.execute(delete(WorkerBeat).where(WorkerBeat.heartbeat_at < p.live_since))
+    return []
 
 
 def requeue_forgotten(session: Session, p: Pass) -> list[Task]:
@@ -132,17 +159,19 @@ def _models(session: Session, job_ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
 
 
 SWEEPS = {"jobs_failed": fail_exhausted, "segments_reset": reset_lost,
+          "segments_orphaned": requeue_orphans, "dead": forget_dead,
           "segments_requeued": requeue_forgotten, "plans": replan, "assemblies": reassemble}
 
 
 def reap(stale_seconds: float, enqueue: Enqueue, max_attempts: int = 3,
-         backoff_seconds: float = 5.0) -> dict[str, int]:
+         backoff_seconds: float = 5.0, dead_seconds: float = 20.0) -> dict[str, int]:
     """Run one pass of every sweep; enqueue what they found once it has committed.
 
     Returns how many each sweep found (and how many jobs expired).
     """
     now = utcnow()
-    p = Pass(now, now - timedelta(seconds=stale_seconds), max_attempts, backoff_seconds)
+    p = Pass(now, now - timedelta(seconds=stale_seconds), now - timedelta(seconds=dead_seconds),
+             max_attempts, backoff_seconds)
     with session_scope() as session:
         found = {name: sweep(session, p) for name, sweep in SWEEPS.items()}
         expired = expire(session, p)
@@ -159,14 +188,14 @@ def reap(stale_seconds: float, enqueue: Enqueue, max_attempts: int = 3,
 
 
 def start(interval: float, stale_seconds: float, enqueue: Enqueue, max_attempts: int = 3,
-          backoff_seconds: float = 5.0) -> threading.Event:
+          backoff_seconds: float = 5.0, dead_seconds: float = 20.0) -> threading.Event:
     """Run the reaper every `interval` seconds in a daemon thread; set the event to stop."""
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.wait(interval):
             try:
-                reap(stale_seconds, enqueue, max_attempts, backoff_seconds)
+                reap(stale_seconds, enqueue, max_attempts, backoff_seconds, dead_seconds)
             except Exception:  # a database blip must not kill the thread
                 log.warning("reaper.failed", exc_info=True)
 

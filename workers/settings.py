@@ -19,9 +19,16 @@ class WorkerSettings(CoreSettings):
     quality_retries: int = 2  # re-syntheses of a runaway or truncated segment
     normalize_text: bool = True  # numbers, dates, money, abbreviations read as words
     loudness_lufs: float = -16.0  # assembly normalises each part to this; 0 turns it off
-    # A running segment whose heartbeat is older than this lost its worker (reaper).
+    # Liveness: each worker beats every WORKER_HEARTBEAT_SECONDS; one silent for
+    # WORKER_DEAD_SECONDS is dead, and the reaper (every REAPER_INTERVAL_SECONDS, in every
+    # worker) hands its running segments on, however long segments take.
+    worker_heartbeat_seconds: float = 5.0
+    worker_dead_seconds: float = 20.0
+    reaper_interval_seconds: float = 10.0
+    # Work whose message may have been lost (pending segments, unplanned or unassembled jobs)
+    # untouched this long is enqueued again; it no longer decides when a dead worker's
+    # segments move on.
     segment_stale_seconds: float = 900.0
-    reaper_interval_seconds: float = 30.0
     metrics_port: int = 0  # a worker serves /metrics here (0: only through the API's)
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
     vllm_deploy_config: str = ""

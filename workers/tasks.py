@@ -11,7 +11,13 @@ from typing import Any
 import httpx
 import structlog
 from celery import Task
-from celery.signals import task_postrun, task_prerun, worker_init, worker_shutdown
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    task_received,
+    worker_init,
+    worker_shutdown,
+)
 
 from core import metrics, outbound
 from core.backoff import backoff
@@ -34,6 +40,7 @@ from workers import pipeline, reaper, speech, webhooks
 from workers.app import celery_app
 from workers.engine import get_engine, loaded_engine
 from workers.engines import Engine, SpeechRequest
+from workers.liveness import Heart
 from workers.realtime import RealtimeLane
 from workers.settings import WorkerSettings, get_settings
 
@@ -68,6 +75,7 @@ class _Presence:
 _presence: _Presence | None = None
 _busy: metrics.BusyMeter | None = None
 _lane: RealtimeLane | None = None
+_heart: Heart | None = None
 ENGINE_FAILED_EXIT = 3  # the worker's exit status when its engine cannot start
 WEBHOOK_MAX_ATTEMPTS = 11
 
@@ -79,6 +87,16 @@ def _task_started(task_id: str, task: Task[Any, Any], **_: Any) -> None:
     structlog.contextvars.bind_contextvars(task=task.name, task_id=task_id)
     if _busy is not None:
         _busy.begin()
+
+
+@task_received.connect
+def _taken(request: Any, **_: Any) -> None:
+    """A segment's message left the broker for this worker: say so (pipeline.reserve)."""
+    if request.name == SYNTHESIZE and request.args:
+        try:
+            pipeline.reserve(uuid.UUID(str(request.args[0])))
+        except Exception:  # advisory: the claim records the worker anyway
+            log.warning("segment.reserve_failed", exc_info=True)
 
 
 @task_postrun.connect
@@ -126,8 +144,10 @@ def _warm_engine(**_: Any) -> None:
     consumes anything; its registry record says why (/readyz lists it), and the process
     supervisor (compose's restart policy, Kubernetes) restarts it with backoff.
     """
-    global _presence, _busy, _lane
+    global _presence, _busy, _lane, _heart
     settings = get_settings()
+    _heart = Heart(settings.worker_heartbeat_seconds)
+    _heart.start()  # before any claim: a segment's worker must be seen alive
     _presence = _Presence()
     _busy = metrics.BusyMeter(_presence.id)
     _busy.start()
@@ -146,11 +166,13 @@ def _warm_engine(**_: Any) -> None:
         close = getattr(loaded_engine(), "close", None)
         if close is not None:
             close()
+        _heart.stop()
         raise SystemExit(ENGINE_FAILED_EXIT) from exc
     _presence.state = "ready"
     _presence.publish()
     reaper.start(settings.reaper_interval_seconds, settings.segment_stale_seconds, _enqueue,
-                 settings.segment_max_attempts, settings.retry_backoff_seconds)
+                 settings.segment_max_attempts, settings.retry_backoff_seconds,
+                 settings.worker_dead_seconds)
     lane_queues = split_queues(list(_presence.queues))[1]
     if lane_queues:
         _lane = RealtimeLane(celery_app.connection_for_read(), lane_queues,
@@ -174,6 +196,8 @@ def _leave(**_: Any) -> None:
     close = getattr(loaded_engine(), "close", None)  # stop its GPU processes with the worker
     if close is not None:
         close()
+    if _heart is not None:  # after the pool has finished its tasks: this worker holds none
+        _heart.stop()
 
 
 def assembly_queue() -> str:

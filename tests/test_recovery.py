@@ -1,0 +1,93 @@
+"""Recovery in seconds, with default settings: a dead worker's segments move on at once.
+
+Real `narrator api` and `narrator worker` processes with Piper, on Postgres and Redis and in
+embedded mode (SQLite, the filesystem broker). No setting is shortened: workers beat every
+5 s, one silent for 20 s is dead, and every worker's reaper looks every 10 s.
+"""
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from tests.conftest import base_env, fresh_database, redis_url
+from tests.support import Process, Stack, narrator, start_stack, wait_for, wait_job, wait_segments
+
+PARAGRAPH = ("The tide came in over the flats before anyone had noticed, and the birds rose "
+             "together from the water in one long grey sheet. ") * 3
+BOOK = {"input": "\n\n".join([PARAGRAPH] * 12), "response_format": "wav"}
+RECOVERY_SECONDS = 60  # the issue's bound from the kill to the job's completion
+
+
+@pytest.fixture(params=["postgres+redis", "embedded"])
+def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
+    """An API and a worker with default settings: on Postgres and Redis, or embedded."""
+    if request.param == "embedded":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
+            "NARRATOR_DATA_DIR": str(tmp_path / "data"), "NARRATOR_LOG_JSON": "1"}
+        migrate = Process(narrator("migrate"), env, tmp_path / "migrate.log").start()
+        assert migrate.popen is not None
+        assert migrate.popen.wait(60) == 0, migrate.output()
+        started = start_stack(tmp_path, env)
+        yield started
+        started.stop()
+        return
+    redis.Redis.from_url(redis_url(2)).flushdb()
+    with fresh_database() as url:  # a reaper of its own: it sees only this test's jobs
+        started = start_stack(tmp_path, base_env(tmp_path, url, 2))
+        yield started
+        started.stop()
+
+
+def _worker(stack: Stack, name: str) -> Process:
+    worker = Process(narrator("worker"), stack.env, stack.worker.log.with_name(name)).start()
+    wait_for(lambda: "engine.ready" in worker.output(), 60, f"worker {name}")
+    return worker
+
+
+def _attempts(http: httpx.Client, job: dict[str, Any]) -> list[int]:
+    manifest = http.get(job["result"]["manifest_url"]).json()
+    return [s["attempts"] for s in manifest["segments"]]
+
+
+def test_a_killed_workers_job_completes_within_a_minute(stack: Stack) -> None:
+    with stack.client() as http:
+        job = http.post("/v1/audio/jobs", json=BOOK).json()
+        wait_segments(http, job["id"], 2)
+        stack.worker.stop(signal.SIGKILL)
+        killed = time.monotonic()
+        stack.worker = _worker(stack, "worker-2.log")
+        done = wait_job(http, job["id"], timeout=RECOVERY_SECONDS + 30)
+        recovered = time.monotonic() - killed
+        attempts = _attempts(http, done)
+    assert done["status"] == "completed", done
+    assert recovered < RECOVERY_SECONDS, recovered
+    print(f"kill to completed: {recovered:.1f} s")  # the README's figure (pytest -s)
+    assert len(attempts) == 12  # full length: nothing lost
+    assert max(attempts) <= 2
+    assert sum(a - 1 for a in attempts) <= 1  # only the segment in flight ran again
+
+
+def test_when_one_of_two_workers_dies_the_other_finishes_the_job(stack: Stack) -> None:
+    other = _worker(stack, "worker-other.log")
+    try:
+        with stack.client() as http:
+            job = http.post("/v1/audio/jobs", json=BOOK).json()
+            wait_segments(http, job["id"], 2)
+            stack.worker.stop(signal.SIGKILL)
+            killed = time.monotonic()
+            done = wait_job(http, job["id"], timeout=RECOVERY_SECONDS + 30)
+            recovered = time.monotonic() - killed
+            attempts = _attempts(http, done)
+    finally:
+        other.stop()
+    assert done["status"] == "completed", done
+    assert recovered < RECOVERY_SECONDS, recovered
+    assert len(attempts) == 12
+    assert sum(a - 1 for a in attempts) <= 1
