@@ -1,26 +1,51 @@
 """This worker's heartbeat in the database, refreshed by a thread while the process lives.
 
-The reaper of any worker takes the running segments of a worker that has not beaten for
-WORKER_DEAD_SECONDS for lost and hands them on at once, whatever their length. A worker that
-stops cleanly removes its row; one that is killed leaves it to go stale.
+Each beat also refreshes the heartbeat of the segments this worker is running right now
+(`holding`), so the reaper of any worker takes a running segment whose heartbeat is older
+than WORKER_DEAD_SECONDS for lost, whatever its length: its worker died, or gave it up
+without being able to say so (a database outage at the wrong moment). A worker that stops
+cleanly removes its row; one that is killed leaves it to go stale.
 """
 
 import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import structlog
 from sqlalchemy import delete, insert, update
 
 from core.registry import worker_id
-from models import WorkerBeat, utcnow
+from models import Segment, SegmentStatus, WorkerBeat, utcnow
 from models.db import session_scope
 
 log = structlog.get_logger()
+_held: set[uuid.UUID] = set()
+_held_lock = threading.Lock()
+
+
+@contextmanager
+def holding(segment_id: uuid.UUID) -> Iterator[None]:
+    """Keep a running segment's heartbeat fresh while the block runs."""
+    with _held_lock:
+        _held.add(segment_id)
+    try:
+        yield
+    finally:
+        with _held_lock:
+            _held.discard(segment_id)
 
 
 def beat(worker: str) -> None:
-    """Record that `worker` is alive now (one row per worker; only it writes its row)."""
+    """Record that `worker`, and each segment it runs, is alive now."""
     now = utcnow()
+    with _held_lock:
+        held = list(_held)
     with session_scope() as session:
+        if held:
+            session.execute(update(Segment).where(
+                Segment.id.in_(held), Segment.status == SegmentStatus.running,
+                Segment.worker == worker).values(heartbeat_at=now))
         if not session.execute(update(WorkerBeat).where(WorkerBeat.id == worker)
                                .values(heartbeat_at=now)).rowcount:  # type: ignore[attr-defined]
             session.execute(insert(WorkerBeat).values(id=worker, started_at=now,

@@ -28,6 +28,7 @@ from storage import store_for
 from workers import assembly, quality
 from workers.engine import get_engine
 from workers.engines import Audio, Engine, SpeechRequest
+from workers.liveness import holding
 from workers.settings import get_settings
 
 log = structlog.get_logger()
@@ -161,8 +162,9 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
             seed=job.options.get("seed"), max_new_tokens=job.options.get("max_new_tokens"),
             task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
         )
-    audio, runs, flag = _guarded(engine, request, rate, settings.quality_retries)
-    store_for().put(part_key(job_id, index), assembly.part_bytes(audio, engine.sample_rate))
+    with holding(segment_id):  # its heartbeat stays fresh while this worker works on it
+        audio, runs, flag = _guarded(engine, request, rate, settings.quality_retries)
+        store_for().put(part_key(job_id, index), assembly.part_bytes(audio, engine.sample_rate))
     seconds = len(audio) / engine.sample_rate
     with session_scope() as session:
         finished = session.execute(

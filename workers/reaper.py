@@ -49,12 +49,9 @@ class Pass:
 
     @property
     def lost(self) -> ColumnElement[bool]:
-        """Segments running on a worker that stopped beating (or, claimed before workers
-        beat, whose own heartbeat is stale)."""
-        live = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at >= self.live_since)
-        return (Segment.status == SegmentStatus.running) & (
-            (Segment.worker.is_(None) & (Segment.heartbeat_at < self.stale))
-            | (Segment.worker.is_not(None) & Segment.worker.not_in(live)))
+        """Segments running that nobody beats for: a live worker refreshes the heartbeat of
+        each segment it runs every WORKER_HEARTBEAT_SECONDS (workers.liveness)."""
+        return (Segment.status == SegmentStatus.running) & (Segment.heartbeat_at < self.live_since)
 
 
 def fail_exhausted(session: Session, p: Pass) -> list[Task]:
@@ -92,12 +89,22 @@ def reset_lost(session: Session, p: Pass) -> list[Task]:
 
 
 def requeue_orphans(session: Session, p: Pass) -> list[Task]:
-    """Re-enqueue at once the pending segments a dead worker took off the broker but never
-    started (pipeline.reserve): their messages went with it."""
+    """Re-enqueue at once the pending segments whose message may have died with a worker.
+
+    Those a dead worker took off the broker (pipeline.reserve), and, because a worker can
+    die between taking a message and saying so, the unmarked pending segments of the
+    running jobs a dead worker worked on: a duplicate message claims nothing.
+    """
     live = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at >= p.live_since)
+    dead = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at < p.live_since)
+    touched = select(Segment.job_id).where(Segment.worker.in_(dead))
+    running = select(Job.id).where(Job.status == JobStatus.in_progress)
     rows = session.execute(
-        update(Segment).where(Segment.status == SegmentStatus.pending,
-                              Segment.worker.is_not(None), Segment.worker.not_in(live))
+        update(Segment).where(
+            Segment.status == SegmentStatus.pending,
+            (Segment.worker.is_not(None) & Segment.worker.not_in(live))
+            | (Segment.worker.is_(None) & Segment.job_id.in_(touched)
+               & Segment.job_id.in_(running)))
         .values(worker=None, heartbeat_at=p.now)
         .returning(Segment.id, Segment.job_id)).all()
     models = _models(session, {job_id for _, job_id in rows})
