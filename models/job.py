@@ -100,6 +100,7 @@ class Segment(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "index", name="uq_segments_job_id_index"),
         Index("ix_segments_status_heartbeat_at", "status", "heartbeat_at"),
+        Index("ix_segments_worker", "worker"),  # the reaper's dead-worker sweeps
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)

@@ -82,13 +82,19 @@ def test_a_job_whose_plan_was_cut_fails_with_a_clear_error_and_no_segments(
 
     monkeypatch.setattr(pipeline, "plan_pieces", cut)
     assert pipeline.plan(job) == ("piper", [])
-    status, error, result, segments = _job(db, job)
+    message, segments = _failed(db, job, "plan_incomplete")
+    assert "chapter 1: the planned segments hold" in message
+    assert segments == 0
+
+
+def _failed(db: Engine, job_id: uuid.UUID, code: str) -> tuple[str, int]:
+    """Check the job failed with `code` and no result; return its message and segments."""
+    status, error, result, segments = _job(db, job_id)
     assert status == "failed"
     assert error is not None
-    assert error["code"] == "plan_incomplete"
-    assert "chapter 1: the planned segments hold" in error["message"]
+    assert error["code"] == code
     assert result is None
-    assert segments == 0
+    return error["message"], segments
 
 
 def _synthesize_all(db: Engine, job_id: uuid.UUID) -> None:
@@ -147,9 +153,5 @@ def test_a_job_missing_a_planned_segment_fails_and_is_never_completed(
         connection.execute(text("DELETE FROM segments WHERE job_id = :id AND index = 1"),
                            {"id": job})
     assert pipeline.assemble(job).outcome == "failed"
-    status, error, result, _ = _job(db, job)
-    assert status == "failed"
-    assert error is not None
-    assert error["code"] == "incomplete_result"
-    assert "of the" in error["message"]
-    assert result is None
+    message, _ = _failed(db, job, "incomplete_result")
+    assert "of the" in message

@@ -125,8 +125,7 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
     batch = settings.vllm_warmup_batch or settings.vllm_max_in_flight
     started = time.perf_counter()
     engine.synthesize([replace(request, request_id=f"warm-up-{n}") for n in range(batch)])
-    for _ in engine.stream(replace(request, request_id="warm-up-stream", realtime=True)):
-        pass
+    list(engine.stream(replace(request, request_id="warm-up-stream", realtime=True)))
     log.info("engine.warmed_up", batch=batch, frames=settings.vllm_warmup_tokens,
              seconds=round(time.perf_counter() - started, 1))
 

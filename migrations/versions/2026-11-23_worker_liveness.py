@@ -24,8 +24,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint('id', name=op.f('pk_workers')),
     )
     op.add_column('segments', sa.Column('worker', sa.String(length=255), nullable=True))
+    op.create_index('ix_segments_worker', 'segments', ['worker'])
 
 
 def downgrade() -> None:
+    op.drop_index('ix_segments_worker', table_name='segments')
     op.drop_column('segments', 'worker')
     op.drop_table('workers')
