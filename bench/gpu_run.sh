@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Run bench.gpu_product and then the gpu-marked test on the lent GPU, in the background, so
+# that they outlive one device call (10 minutes at most); later calls wait and collect logs.
+#
+#   bash bench/gpu_run.sh start PART MODEL [gpu_product args]   # unpack, start, then wait
+#   bash bench/gpu_run.sh wait                                   # wait, copy logs to $OUT
+#
+# `start` needs the RECIPE's dev_setup.sh and dev_build.sh done first (/tmp/site, MODEL).
+# Runs from a copy of the repo in /tmp/nrepo: the device copies the working tree again on
+# every call. Logs: /tmp/gpo (product.log, test.log, the processes' logs, done).
+set -uo pipefail
+LOGS=/tmp/gpo
+case ${1:?usage: gpu_run.sh start PART MODEL [args] | wait} in
+  start)
+    PART=${2:?PART} MODEL=${3:?MODEL}; shift 3
+    bash bench/gpu_unpack.sh "$PART" 2>&1 | tee "${OUT:-/tmp}/unpack.log" || exit 1
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/redis/usr/lib/x86_64-linux-gnu exec %s "$@"\n' \
+      /tmp/redis/usr/bin/redis-server > /tmp/redis-run && chmod +x /tmp/redis-run
+    rm -rf /tmp/nrepo "$LOGS" && mkdir -p /tmp/nrepo "$LOGS"
+    tar --exclude='./.xfer*' -cf - . | tar -C /tmp/nrepo -xf -
+    cat > /tmp/gpu_run_job.sh <<'JOB'
+source /tmp/x/dev_env.sh
+export PYTHONPATH=/tmp/site:/tmp/nsite:/tmp/nrepo OUT=$LOGS
+cd /tmp/nrepo
+gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+step() {  # run in a process group of its own, then kill what is left (engine stages)
+  setsid -w "$@" & local pid=$!; wait $pid; local rc=$?; kill -9 -- -$pid 2>/dev/null
+  for _ in $(seq 60); do [ "$(gpu_used)" -lt 2000 ] && break; sleep 1; done; return $rc
+}
+python3 -c 'import scipy.signal' 2>/dev/null || {
+  export NARRATOR_LOUDNESS_LUFS=0; echo "no scipy: loudness off" >> $LOGS/product.log; }
+step python3 -m bench.gpu_product --model $MODEL --redis-server /tmp/redis-run $ARGS \
+  >> $LOGS/product.log 2>&1
+echo "product rc=$?" >> $LOGS/done
+export NARRATOR_TEST_GPU_MODEL=$MODEL
+step python3 -m pytest -m gpu tests/test_gpu_engine.py -p no:cacheprovider -o addopts="" -v \
+  > $LOGS/test.log 2>&1
+echo "test rc=$?" >> $LOGS/done
+JOB
+    MODEL=$MODEL LOGS=$LOGS ARGS="$*" setsid nohup bash /tmp/gpu_run_job.sh > "$LOGS/job.out" \
+      2>&1 < /dev/null &
+    exec bash "$0" wait ;;
+  wait)
+    end=$(( $(date +%s) + ${WAIT_S:-560} ))
+    while [ "$(date +%s)" -lt "$end" ] && [ "$(grep -c rc= $LOGS/done 2>/dev/null)" != 2 ]; do
+      sleep 10
+    done
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+    cat $LOGS/done 2>/dev/null; tail -40 $LOGS/product.log; tail -5 $LOGS/test.log 2>/dev/null
+    mkdir -p "${OUT:-/tmp/out}" && find $LOGS -name '*.log' -size -20M -exec cp --parents {} "${OUT:-/tmp/out}" \; ;;
+esac
