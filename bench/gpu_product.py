@@ -13,8 +13,9 @@ stop by themselves. One table:
   ÷ raw             sustained ÷ raw AsyncOmni at the worker's in-flight bound, same session
                     (bench.gpu_engine --paths raw, after the platform has stopped)
   TTFA alone        streamed first audio byte, one request at a time (p50 / p99)
-  TTFA saturated    the same while a job fills the engine, requests 1 s apart
-  sync saturated    a whole wav of FRAMES frames while a job fills the engine
+  TTFA saturated    the same while JOBS jobs fill the engine: one request every PROBE_GAP s,
+                    each on its own thread (the row says if the jobs ended before the probes)
+  sync saturated    a whole wav of FRAMES frames, every third gap, under the same load
   GPU               nvidia-smi utilisation.gpu (mean) and memory.used (peak) in the job phases
 
 Audio-seconds count speech only (the manifests' segment durations, not inserted silences).
@@ -36,6 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -117,18 +119,20 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, 9)
 
 
-def wait_ready(url: str, timeout: float, process: subprocess.Popen[bytes]) -> float:
-    """Poll /readyz until a worker is ready; return the seconds it took."""
+def wait_ready(url: str, timeout: float, processes: list[subprocess.Popen[bytes]],
+               count: int = 1) -> float:
+    """Poll /readyz until `count` workers are ready; return the seconds it took."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         with contextlib.suppress(httpx.HTTPError, ValueError):
             workers = httpx.get(f"{url}/readyz", timeout=5).json().get("workers", {})
             if workers.get("failed"):
                 raise RuntimeError(f"worker failed: {workers['failed']}")
-            if workers.get("ready"):
+            if workers.get("ready", 0) >= count:
                 return time.monotonic() - started
-        if process.poll() is not None:
-            raise RuntimeError(f"worker exited with {process.returncode}")
+        for process in processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"{process.args} exited with {process.returncode}")
         time.sleep(0.5)
     raise TimeoutError(f"no worker ready after {timeout:.0f} s")
 
@@ -139,6 +143,7 @@ class Client:
     def __init__(self, url: str, voice: str, frames: int) -> None:
         self.http = httpx.Client(base_url=url, timeout=600)
         self.voice, self.frames = voice, frames
+        self.synthesized: dict[str, float] = {}
 
     def submit(self, segments: int, tag: str) -> str:
         """Submit a job of `segments` segments (one paragraph each)."""
@@ -150,10 +155,17 @@ class Client:
         return str(response.json()["id"])
 
     def wait(self, job_id: str) -> float:
-        """Wait for a job to complete; return its speech audio-seconds."""
+        """Wait for a job to complete; return its speech audio-seconds.
+
+        `self.synthesized[job_id]` is when its last segment was seen done (polled every
+        0.2 s): what follows is assembly.
+        """
         while (job := self.http.get(f"/v1/audio/jobs/{job_id}").json())["status"] not in (
                 "completed", "failed", "cancelled"):
+            if job["segments"]["total"] and job["segments"]["done"] == job["segments"]["total"]:
+                self.synthesized.setdefault(job_id, time.monotonic())
             time.sleep(0.2)
+        self.synthesized.setdefault(job_id, time.monotonic())
         if job["status"] != "completed":
             raise RuntimeError(f"job {job_id} ended {job['status']}: {job.get('error')}")
         manifest = self.http.get(job["result"]["manifest_url"]).json()
@@ -200,28 +212,42 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str
     out: dict[str, Any] = {}
     phase(out, "ttfa_alone", [client.first_audio() for _ in range(args.probes)])
     started = time.monotonic()
-    audio = client.wait(client.submit(args.segments, "first"))
+    audio = client.wait(first := client.submit(args.segments, "first"))
     wall = time.monotonic() - started
     phase(out, "first_job", {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
+                             "synthesis_s": client.synthesized[first] - started,
                              "gpu": busy.mean(started, started + wall)})
+    # Probes under saturation: JOBS jobs fill the engine (several times its in-flight
+    # bound), then a streamed request every PROBE_GAP s and a sync wav every third gap, each
+    # on a thread of its own, as independent clients send them.
     probe_start = time.monotonic()
-    job = client.submit(args.segments, "probe")
-    time.sleep(args.settle)  # the job's first segments reach the engine
-    ttfa, sync = [], []
-    for n in range(args.probes):
-        ttfa.append(client.first_audio())
-        if n % 3 == 0:
-            sync.append(client.sync())
-        time.sleep(1.0)
+    jobs = [client.submit(args.segments, f"probe-{n}") for n in range(args.jobs)]
+    time.sleep(args.settle)  # the jobs' first segments reach the engine
+    with ThreadPoolExecutor(max_workers=2 * args.probes) as pool:
+        streams, syncs = [], []
+        for n in range(args.probes):
+            streams.append(pool.submit(client.first_audio))
+            if n % 3 == 1:
+                syncs.append(pool.submit(client.sync))
+            time.sleep(args.probe_gap)
+        ttfa = [f.result() for f in streams]
+        sync = [f.result() for f in syncs]
+    probes_end = time.monotonic()
+    statuses = [client.http.get(f"/v1/audio/jobs/{j}").json()["status"] for j in jobs]
+    saturated = any(s_ != "completed" for s_ in statuses)
     phase(out, "ttfa_saturated", ttfa)
     phase(out, "sync_saturated", sync)
-    client.wait(job)
+    phase(out, "probes_saturated", {"seconds": probes_end - probe_start - args.settle,
+                                    "jobs_still_running": saturated})
+    for job in jobs:
+        client.wait(job)
     phase(out, "saturated_gpu", busy.mean(probe_start, time.monotonic()))
     started = time.monotonic()
     jobs = [client.submit(args.segments, f"sustained-{n}") for n in range(args.jobs)]
     audio = sum(client.wait(j) for j in jobs)
     wall = time.monotonic() - started
     phase(out, "sustained", {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
+                             "synthesis_s": max(client.synthesized[j] for j in jobs) - started,
                              "gpu": busy.mean(started, started + wall)})
     return out
 
@@ -248,13 +274,15 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             subprocess.run([sys.executable, "-P", "-m", "narrator", "migrate"], env=env,
                            check=True, capture_output=True)
             processes.append(start(["api", "--port", str(port)], env, logs / "api.log"))
-            worker = start(["worker"], env, logs / "worker.log")
-            processes.append(worker)
+            # As compose deploys it: a CPU worker assembles, so the GPU worker never does.
+            # This one takes only the assembly queue and so loads no engine.
+            processes.append(start(["worker", "--queues", "assembly"], env,
+                                   logs / "cpu-worker.log"))
+            processes.append(start(["worker"], env, logs / "worker.log"))
         else:
-            worker = start(["serve", "--port", str(port)], env, logs / "serve.log")
-            processes.append(worker)
+            processes.append(start(["serve", "--port", str(port)], env, logs / "serve.log"))
         try:
-            cold = wait_ready(url, args.start_timeout, worker)
+            cold = wait_ready(url, args.start_timeout, processes, len(processes) - 1 or 1)
             print("PHASE", mode, "cold_start_s", f"{cold:.1f}", flush=True)
             voice = httpx.get(f"{url}/v1/audio/voices").json()["voices"][0]["id"]
             result = {"cold_start_s": cold} | measure(Client(url, voice, args.frames), args, busy)
@@ -290,6 +318,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3)
     parser.add_argument("--probes", type=int, default=10)
     parser.add_argument("--settle", type=float, default=3.0)
+    parser.add_argument("--probe-gap", type=float, default=2.0)
     parser.add_argument("--raw", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--database-url", default="")
     parser.add_argument("--redis-url", default="")
@@ -312,14 +341,18 @@ def main() -> None:
             [mode, "cold start to ready", f"{r['cold_start_s']:.1f} s", ""],
             [mode, f"first job ({args.segments} segments)",
              f"{r['first_job']['wall_s']:.1f} s, {r['first_job']['rate']:.1f} audio-s/s",
+             f"last segment at {r['first_job']['synthesis_s']:.1f} s; "
              f"GPU {r['first_job']['gpu']}"],
             [mode, f"sustained ({args.jobs} jobs)", f"{sustained:.1f} audio-s/s",
-             f"GPU {r['sustained']['gpu']}"],
+             f"last segment at {r['sustained']['synthesis_s']:.1f} s of "
+             f"{r['sustained']['wall_s']:.1f}; GPU {r['sustained']['gpu']}"],
             [mode, f"sustained ÷ raw AsyncOmni at {in_flight}",
              f"{sustained / raw:.3f}" if raw else "not run", f"raw {raw:.1f}" if raw else ""],
             [mode, "streamed first audio, alone (p50 / p99)", percentiles(r["ttfa_alone"]), ""],
             [mode, "streamed first audio, saturated (p50 / p99)",
-             percentiles(r["ttfa_saturated"]), ""],
+             percentiles(r["ttfa_saturated"]),
+             "engine full throughout" if r["probes_saturated"]["jobs_still_running"]
+             else "JOBS ENDED BEFORE THE PROBES"],
             [mode, f"sync wav of {args.frames * 0.08:.0f} s, saturated (p50 / max)",
              f"{statistics.median(r['sync_saturated']):.2f} / "
              f"{max(r['sync_saturated']):.2f} s", f"GPU {r['saturated_gpu']}"],

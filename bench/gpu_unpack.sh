@@ -4,7 +4,8 @@ set -euo pipefail
 PART=${1:?usage: gpu_unpack.sh PART}
 rm -rf /tmp/npack && mkdir -p /tmp/npack /tmp/nsite /tmp/redis
 xz -dc "$PART" | tar -C /tmp/npack -xf -
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nsite /tmp/npack/wheels/*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nsite /tmp/npack/wheels/*.whl \
+  $(ls "$(dirname "$PART")"/*.whl 2>/dev/null)  # wheels beside the part, if any
 for deb in /tmp/npack/debs/*.deb; do dpkg -x "$deb" /tmp/redis; done
 export LD_LIBRARY_PATH=/tmp/redis/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 /tmp/redis/usr/bin/redis-server --version

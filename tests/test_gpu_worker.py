@@ -115,12 +115,21 @@ def test_a_worker_whose_engine_cannot_start_consumes_nothing_and_says_why(
         stack.stop()
 
 
-def test_assembly_goes_to_a_cpu_worker_while_one_runs(gpu_stack: Stack, tmp_path: Path) -> None:
-    env = gpu_stack.env | {"NARRATOR_ENGINE": "piper"}
-    env.pop("NARRATOR_MODEL")
-    cpu = Process(narrator("worker"), env, tmp_path / "cpu-worker.log").start()
+@pytest.mark.parametrize("kind", ["piper", "assembly-only"])
+def test_assembly_goes_to_a_cpu_worker_while_one_runs(gpu_stack: Stack, tmp_path: Path,
+                                                      kind: str) -> None:
+    """Compose's CPU worker (Piper) or a worker given only `--queues assembly`; the latter
+    has the GPU worker's settings but no engine double on its path: it must load no engine."""
+    if kind == "piper":
+        env = gpu_stack.env | {"NARRATOR_ENGINE": "piper"}
+        env.pop("NARRATOR_MODEL")
+        argv, ready = narrator("worker"), "engine.ready"
+    else:
+        env = gpu_stack.env | {"PYTHONPATH": str(ROOT)}
+        argv, ready = narrator("worker", "--queues", "assembly"), "worker.ready"
+    cpu = Process(argv, env, tmp_path / "cpu-worker.log").start()
     try:
-        wait_for(lambda: "engine.ready" in cpu.output(), 60, "the CPU worker")
+        wait_for(lambda: ready in cpu.output(), 60, "the CPU worker")
         with gpu_stack.client() as http:
             created = http.post("/v1/audio/jobs", json={
                 "input": "One.\n\nTwo.\n\nThree.", "max_new_tokens": 20})
@@ -133,5 +142,7 @@ def test_assembly_goes_to_a_cpu_worker_while_one_runs(gpu_stack: Stack, tmp_path
 
         assert completed(cpu.output()), cpu.output()[-2000:]
         assert not completed(gpu_stack.worker.output())
+        if kind == "assembly-only":
+            assert "engine." not in cpu.output()
     finally:
         cpu.stop()

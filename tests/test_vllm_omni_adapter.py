@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from core.catalog import Qwen3Config, qwen3_model
-from tests.doubles.omni import SCALE, FakeOmni, FakeTensor, output
+from tests.doubles.omni import SCALE, FakeOmni, FakeTensor, SlowOmni, output
 from workers.engines import SpeechRequest
 from workers.engines.qwen3_tts import (
     AudioCollector,
@@ -194,3 +194,20 @@ def test_close_shuts_the_engine_down_once_and_stops_its_loop(config: Qwen3Config
     engine.close()
     assert fake.shut_down == 1
     assert not thread.is_alive()
+
+
+def test_warm_up_fills_the_batch_and_every_realtime_thread_at_once(config: Qwen3Config) -> None:
+    """The warm-up reaches the deploy config's max_num_seqs: the in-flight bound of whole
+    requests plus one streamed realtime request per lane thread, all in the engine together."""
+    from workers.settings import WorkerSettings
+    from workers.tasks import warm_up
+
+    slow = SlowOmni(seconds_per_frame=0.05)  # 20 frames: each request holds 1 s
+    engine = VllmOmniEngine(qwen3_model(str(MODEL)), config, omni_factory=lambda: slow,
+                            prompt_length=lambda info: 10, max_in_flight=4)
+    warm_up(engine, WorkerSettings(engine="vllm-omni", model=str(MODEL), realtime_threads=3,
+                                   vllm_max_in_flight=4, vllm_warmup_tokens=20))
+    assert slow.peak == 7
+    priorities = sorted(call["priority"] for call in slow.calls)
+    assert priorities == [REALTIME_PRIORITY] * 3 + [BATCH_PRIORITY] * 4
+    assert all(call["params"][0].max_tokens == 20 for call in slow.calls)

@@ -5,6 +5,7 @@ import os
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -54,7 +55,10 @@ class _Presence:
         settings = get_settings()
         self.registry = registry_for(settings)
         self.queues = tuple(q for q in settings.worker_queues.split(",") if q)
-        self.models = catalog(settings)
+        # The models whose queues this worker consumes (all, when it was given none): a
+        # worker that takes only shared queues (`--queues assembly`) serves no model.
+        self.models = tuple(m for m in catalog(settings)
+                            if not self.queues or set(model_queues(m.id)) & set(self.queues))
         self.state = "warming"
         self.reason = ""
         self.id = worker_id()
@@ -110,8 +114,11 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
     """Run the engine through the shapes a job and sync speech use, before taking work.
 
     On vLLM-Omni: a full batch (VLLM_WARMUP_BATCH, default the in-flight bound) of whole
-    requests through both stages at segment length, then a streamed realtime request, so
-    Triton and CUDA graphs meet every batch size a job reaches before the first job does.
+    requests through both stages at segment length, and at the same time one streamed
+    realtime request per realtime-lane thread, so the engine meets every batch size up to
+    its deploy config's max_num_seqs before the first job does. On the H100, the first
+    realtime requests beside a full batch met a Triton compile (392 ms to first audio)
+    when the warm-up stopped at the batch.
     """
     voice = engine.info.voices[0].id if engine.info.voices else ""
     if not voice:
@@ -123,11 +130,18 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
     request = SpeechRequest(text=WARM_UP_TEXT, voice=voice,
                             max_new_tokens=settings.vllm_warmup_tokens)
     batch = settings.vllm_warmup_batch or settings.vllm_max_in_flight
+    streams = settings.realtime_lane_threads
     started = time.perf_counter()
-    engine.synthesize([replace(request, request_id=f"warm-up-{n}") for n in range(batch)])
-    list(engine.stream(replace(request, request_id="warm-up-stream", realtime=True)))
-    log.info("engine.warmed_up", batch=batch, frames=settings.vllm_warmup_tokens,
-             seconds=round(time.perf_counter() - started, 1))
+    with ThreadPoolExecutor(max_workers=1 + streams, thread_name_prefix="warm-up") as pool:
+        whole = pool.submit(engine.synthesize, [replace(request, request_id=f"warm-up-{n}")
+                                                for n in range(batch)])
+        streamed = [pool.submit(lambda n: list(engine.stream(replace(
+            request, request_id=f"warm-up-stream-{n}", realtime=True))), n)
+            for n in range(streams)]
+        for future in [whole, *streamed]:
+            future.result()
+    log.info("engine.warmed_up", batch=batch, streams=streams,
+             frames=settings.vllm_warmup_tokens, seconds=round(time.perf_counter() - started, 1))
 
 
 WARM_UP_TEXT = ("The warm-up runs every shape of work once, so that the first job after a "
@@ -139,6 +153,8 @@ def _warm_engine(**_: Any) -> None:
     """Load the engine and warm it up before the worker takes tasks (solo/threads pools).
 
     The worker consumes nothing until this returns, so no segment waits on a cold engine.
+    A worker that consumes no model's queues (`--queues assembly`, a CPU worker beside GPU
+    ones) loads no engine.
     An engine that cannot start ends the worker with status ENGINE_FAILED_EXIT before it
     consumes anything; its registry record says why (/readyz lists it), and the process
     supervisor (compose's restart policy, Kubernetes) restarts it with backoff.
@@ -155,8 +171,9 @@ def _warm_engine(**_: Any) -> None:
     _presence.publish()
     threading.Thread(target=_presence.refresh, name="registry", daemon=True).start()
     try:
-        engine = get_engine()
-        warm_up(engine, settings)
+        engine = get_engine() if _presence.models else None
+        if engine is not None:
+            warm_up(engine, settings)
     except Exception as exc:
         _presence.stopped.set()
         _presence.state, _presence.reason = "failed", f"{type(exc).__name__}: {exc}"[:1000]
@@ -177,7 +194,10 @@ def _warm_engine(**_: Any) -> None:
         _lane = RealtimeLane(celery_app.connection_for_read(), lane_queues,
                              settings.realtime_lane_threads, speech.speak)
         _lane.start()
-    log.info("engine.ready", engine=engine.info.engine, model=engine.info.id)
+    if engine is not None:
+        log.info("engine.ready", engine=engine.info.engine, model=engine.info.id)
+    else:
+        log.info("worker.ready", queues=list(_presence.queues), engine=None)
 
 
 @worker_shutdown.connect

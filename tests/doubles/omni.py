@@ -80,14 +80,24 @@ class FakeOmni:
 
 
 class SlowOmni(FakeOmni):
-    """FakeOmni that takes `seconds_per_frame` per frame, as a GPU step would."""
+    """FakeOmni that takes `seconds_per_frame` per frame, as a GPU step would.
+
+    `peak` is the most requests it has held at once (the engine's batch size).
+    """
 
     def __init__(self, shape: str = "chunks", seconds_per_frame: float = 0.002) -> None:
         super().__init__(shape)
         self.seconds_per_frame = seconds_per_frame
+        self.running = self.peak = 0
 
     async def generate(self, prompt: dict[str, Any], request_id: str,
                        sampling_params_list: list[Any], priority: int) -> AsyncIterator[Any]:
-        await asyncio.sleep(sampling_params_list[0].max_tokens * self.seconds_per_frame)
-        async for item in super().generate(prompt, request_id, sampling_params_list, priority):
-            yield item
+        self.running += 1  # on the engine's one event loop: no lock needed
+        self.peak = max(self.peak, self.running)
+        try:
+            await asyncio.sleep(sampling_params_list[0].max_tokens * self.seconds_per_frame)
+            async for item in super().generate(prompt, request_id, sampling_params_list,
+                                               priority):
+                yield item
+        finally:
+            self.running -= 1
