@@ -26,13 +26,26 @@ def engine_error(message: Message) -> ApiError:
                     type="server_error", code="engine_error")
 
 
+def no_worker(waited: float) -> ApiError:
+    """Render a request that no worker took in time."""
+    return unavailable(f"no worker answered within {waited:.0f} s; is a worker running on "
+                       "the realtime queue?", retry_after=10)
+
+
+def worker_lost(silence: float) -> ApiError:
+    """Render a request whose worker stopped sending frames (it died, or lost the broker)."""
+    return ApiError(503, f"the worker speaking this request went silent for {silence:g} s "
+                    "(it stopped or lost its connection); send the request again",
+                    type="service_unavailable", code="worker_lost",
+                    headers={"Retry-After": "1"})
+
+
 async def first_frame(frames: AsyncIterator[Message], waited: float) -> Message:
     """Wait for the worker's first frame, so failures before audio are still HTTP errors."""
     try:
         message = await anext(frames)
     except ChannelTimeout as exc:
-        raise unavailable(f"no worker answered within {waited:.0f} s; is a worker running "
-                          "on the realtime queue?", retry_after=10) from exc
+        raise no_worker(waited) from exc
     if message.kind == "error":
         raise engine_error(message)
     return message
@@ -81,6 +94,12 @@ async def sse_body(frames: AsyncIterator[Message], characters: int) -> AsyncIter
             return
 
 
-def listen(channel: Channel, request_id: str, timeout: float) -> AsyncIterator[Message]:
-    """Return the channel's frames for one request."""
-    return channel.listen(request_id, timeout, timeout)
+def listen(channel: Channel, request_id: str, timeout: float,
+           silence: float) -> AsyncIterator[Message]:
+    """Return the channel's frames for one request: the first within `timeout` (the wait for
+    a worker), each later one within `silence` (the worker sends keepalives meanwhile).
+
+    A stream whose worker goes silent after its first audio ends with ChannelTimeout, which
+    aborts the response: the client sees a broken transfer, not a short clean one.
+    """
+    return channel.listen(request_id, timeout, silence)

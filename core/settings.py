@@ -28,7 +28,12 @@ class CoreSettings(DatabaseSettings, StorageSettings):
     public_api_url: str = ""
     # Private networks or hosts that webhooks may call anyway (comma-separated CIDRs, names).
     outbound_allow: str = ""
-    sync_timeout_seconds: float = 120.0
+    sync_timeout_seconds: float = 120.0  # a sync request waits this long for a worker
+    # A worker speaking a sync request sends a keepalive frame this often; the API answers
+    # 503 once the worker that took a request has been silent for SYNC_SILENCE_SECONDS
+    # (it died, or lost the broker), instead of waiting out SYNC_TIMEOUT_SECONDS.
+    sync_keepalive_seconds: float = 1.0
+    sync_silence_seconds: float = 5.0
     webhook_secret: str = ""
 
     @property

@@ -84,3 +84,29 @@ def test_the_engine_is_built_once_when_threads_ask_for_it_together(
     finally:
         workers.engine.reset_engine()
         workers.settings.get_settings.cache_clear()
+
+
+def test_keepalive_frames_and_data_frames_of_one_request_never_collide(tmp_path: Any) -> None:
+    """The file channel numbers frames by count: the keepalive thread and the thread that
+    publishes audio must take turns, or a frame overwrites another and the request hangs."""
+    import asyncio
+
+    from core.channel import FileChannel, Message
+    from workers.speech import Pulse
+
+    channel = FileChannel(tmp_path)
+    pulse = Pulse(channel, "req", every=0.0005)
+    pulse.start(Message("meta", {"sample_rate": 1}))
+    for n in range(300):
+        pulse.publish(Message("data", data=n.to_bytes(2, "big")))
+    pulse.finish(Message("end", {"duration": 0.0}))
+
+    async def read() -> list[Message]:
+        return [m async for m in channel.listen("req", 1.0, 1.0)]
+
+    frames = asyncio.run(read())
+    data = [int.from_bytes(m.data, "big") for m in frames if m.kind == "data"]
+    assert data == list(range(300))
+    assert frames[0].kind == "meta"
+    assert frames[-1].kind == "end"
+    assert {m.kind for m in frames} <= {"meta", "data", "alive", "end"}

@@ -91,3 +91,59 @@ def test_when_one_of_two_workers_dies_the_other_finishes_the_job(stack: Stack) -
     assert recovered < RECOVERY_SECONDS, recovered
     assert len(attempts) == 12
     assert sum(a - 1 for a in attempts) <= 1
+
+
+SPEECH = {"input": " ".join([PARAGRAPH] * 9)[:3500], "voice": "joe"}  # ~3 minutes of speech
+SILENCE_SECONDS = 5.0  # SYNC_SILENCE_SECONDS' default
+
+
+def _speaking(stack: Stack) -> bool:
+    """Say whether the worker has sent a sync request's first frame (it took the request)."""
+    broker = stack.env.get("NARRATOR_BROKER_URL")
+    if broker:
+        return bool(redis.Redis.from_url(broker).keys("narrator:speech:*"))
+    channels = Path(stack.env["NARRATOR_DATA_DIR"]) / "channels"
+    return channels.exists() and any(channels.iterdir())
+
+
+def _kill_worker_when_speaking(stack: Stack) -> float:
+    wait_for(lambda: _speaking(stack), 30, "the worker to take the sync request", 0.02)
+    time.sleep(0.5)  # well inside the request: Piper takes seconds for this text
+    assert stack.worker.popen is not None
+    assert stack.worker.popen.poll() is None
+    os.killpg(stack.worker.popen.pid, signal.SIGKILL)
+    return time.monotonic()
+
+
+def test_a_sync_request_whose_worker_dies_gets_a_503_within_seconds(stack: Stack) -> None:
+    """Default settings: not SYNC_TIMEOUT_SECONDS (120 s) but the silence limit (5 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with stack.client() as http, ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(http.post, "/v1/audio/speech", json=SPEECH)
+        killed = _kill_worker_when_speaking(stack)
+        response = answer.result(timeout=60)
+        waited = time.monotonic() - killed
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["code"] == "worker_lost"
+    assert error["type"] == "service_unavailable"
+    assert response.headers["Retry-After"] == "1"
+    assert SILENCE_SECONDS - 1.5 <= waited <= SILENCE_SECONDS + 5, waited
+
+
+def test_a_stream_whose_worker_dies_breaks_within_seconds(stack: Stack) -> None:
+    """A stream that has begun cannot turn into a 503: its transfer is cut instead, so the
+    client sees an error rather than a short answer that looks complete."""
+    received = 0
+    with stack.client() as http, http.stream("POST", "/v1/audio/speech", json=SPEECH | {
+            "response_format": "pcm", "stream_format": "audio"}) as response:
+        assert response.status_code == 200
+        chunks = response.iter_bytes()
+        received += len(next(chunks))
+        killed = _kill_worker_when_speaking(stack)
+        with pytest.raises(httpx.RemoteProtocolError):
+            received += sum(len(chunk) for chunk in chunks)
+        waited = time.monotonic() - killed
+    assert received > 0
+    assert waited <= SILENCE_SECONDS + 5, waited

@@ -49,8 +49,11 @@ async def create_speech(body: SpeechBody, request: Request, state: StateDep,
         raise unavailable(f"the broker is unreachable: {exc}") from exc
     if streamed:
         return await _stream(body, state, request_id, len(text), model.id, started)
+    silence = state.settings.sync_silence_seconds
+    started_work = False  # the first frame says a worker took the request
     try:
-        async for message in state.channel.listen(request_id, timeout, timeout):
+        async for message in streaming.listen(state.channel, request_id, timeout, silence):
+            started_work = True
             if message.kind == "error":
                 raise ApiError(500, f"the engine failed: {message.meta.get('message')}",
                                type="server_error", code="engine_error")
@@ -61,15 +64,16 @@ async def create_speech(body: SpeechBody, request: Request, state: StateDep,
                                 headers={"X-Audio-Duration": f"{message.meta['duration']:.3f}",
                                          "X-Sample-Rate": str(message.meta["sample_rate"])})
     except ChannelTimeout as exc:
-        raise unavailable(f"no worker answered within {timeout:.0f} s; is a worker running "
-                          "on the realtime queue?", retry_after=10) from exc
+        raise (streaming.worker_lost(silence) if started_work
+               else streaming.no_worker(timeout)) from exc
     raise unavailable("the worker closed the request without audio")
 
 
 async def _stream(body: SpeechBody, state: State, request_id: str, characters: int,
                   model: str, started: float) -> StreamingResponse:
     timeout = state.settings.sync_timeout_seconds
-    frames = streaming.listen(state.channel, request_id, timeout)
+    frames = streaming.listen(state.channel, request_id, timeout,
+                              state.settings.sync_silence_seconds)
     meta = await streaming.first_frame(frames, timeout)
     frames = streaming.on_first_audio(frames, lambda: metrics.first_chunk.labels(
         model, "true").observe(time.perf_counter() - started))
