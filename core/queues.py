@@ -1,6 +1,8 @@
 """Queue and task names: where each kind of work goes, for the API and the workers alike."""
 
 import re
+from collections.abc import Iterable
+from typing import Protocol
 
 REALTIME = "realtime"
 BATCH = "batch"  # plans and webhooks: any worker (and assembly where no worker takes ASSEMBLY)
@@ -19,6 +21,24 @@ def worker_queues(model_ids: list[str], assembles: bool = True) -> list[str]:
     pairs = [model_queues(m) for m in model_ids]
     return [q for q, _ in pairs] + [q for _, q in pairs] + [BATCH] + \
         ([ASSEMBLY] if assembles else [])
+
+
+class Live(Protocol):
+    """What a worker's registry record says about it (core.registry.WorkerRecord)."""
+
+    @property
+    def queues(self) -> tuple[str, ...]: ...
+
+    @property
+    def state(self) -> str: ...
+
+
+def assembly_queue(workers: Iterable[Live]) -> str:
+    """Return where an assembly goes, given the live workers' registry records: ASSEMBLY
+    while a ready worker takes it, else BATCH (GPU workers assemble when no CPU worker runs,
+    and leave it to CPU workers otherwise, so a GPU never idles through an assembly)."""
+    takers = [w for w in workers if ASSEMBLY in w.queues and w.state == "ready"]
+    return ASSEMBLY if takers else BATCH
 
 
 def split_queues(queues: list[str]) -> tuple[list[str], list[str]]:

@@ -265,6 +265,24 @@ def submit(file: Path, wait: bool = False,
             typer.echo(f"{output}: {job['result']['duration_seconds']:.1f} s")
 
 
+@cli.command()
+def retry(job_id: str, wait: bool = False, url: UrlOpt = DEFAULT_URL,
+          api_key: KeyOpt = "") -> None:
+    """Run a failed job again: only what did not finish; with --wait, follow it."""
+    with _client(url, api_key) as client:
+        response = client.post(f"/v1/audio/jobs/{job_id}/retry")
+        _fail(response)
+        job = response.json()
+        segments = job["segments"]
+        typer.echo(f"{job['id']}: {job['status']}, {segments['done']}/{segments['total']} "
+                   "segments kept")
+        if wait:
+            job = _follow(client, job)
+            if job["status"] != "completed":
+                typer.echo(f"job {job['status']}: {job['error']}", err=True)
+                raise typer.Exit(1)
+
+
 def _follow(client: httpx.Client, job: dict[str, Any]) -> dict[str, Any]:
     """Poll a job until it ends, drawing a progress bar with the server's ETA on stderr."""
     from rich.console import Console

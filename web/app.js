@@ -297,6 +297,11 @@ async function refreshJobs() {
           await api(`/v1/audio/jobs/${job.id}/cancel`, { method: "POST" }); await refreshJobs();
         }, job.id));
       }
+      if (job.status === "failed" && job.segments.total) {
+        cells[4].append(button("Retry", async () => {
+          await api(`/v1/audio/jobs/${job.id}/retry`, { method: "POST" }); await refreshJobs();
+        }, job.id));
+      }
       cells[4].append(button("Delete", async () => {
         await api(`/v1/audio/jobs/${job.id}`, { method: "DELETE" });
         if ($("player").dataset.job === job.id) $("player").hidden = true;

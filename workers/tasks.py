@@ -20,12 +20,11 @@ from celery.signals import (
     worker_shutdown,
 )
 
-from core import metrics, outbound
+from core import metrics, outbound, queues
 from core.backoff import backoff
 from core.catalog import catalog
 from core.queues import (
     ASSEMBLE,
-    ASSEMBLY,
     BATCH,
     NOTIFY,
     PLAN,
@@ -220,18 +219,13 @@ def _leave(**_: Any) -> None:
 
 
 def assembly_queue() -> str:
-    """Return where assembly goes: ASSEMBLY while a live worker takes it, else BATCH.
-
-    CPU workers take ASSEMBLY and GPU workers do not, so a GPU never idles through an
-    assembly while a CPU worker runs; with no CPU worker, GPU workers assemble (BATCH).
-    """
+    """Return where assembly goes now (core.queues.assembly_queue over the registry)."""
     registry = _presence.registry if _presence is not None else registry_for(get_settings())
     try:
-        takers = [w for w in registry.live() if ASSEMBLY in w.queues and w.state == "ready"]
+        return queues.assembly_queue(registry.live())
     except Exception:  # the registry is advisory: every worker can assemble from BATCH
         log.warning("assembly.registry_unavailable", exc_info=True)
-        takers = []
-    return ASSEMBLY if takers else BATCH
+        return BATCH
 
 
 def _enqueue(task: str, item_id: str, model: str, countdown: float) -> None:

@@ -1,4 +1,4 @@
-"""Async jobs: create, get, list, content, cancel, delete."""
+"""Async jobs: create, get, list, content, cancel, retry, delete."""
 
 import hashlib
 import uuid
@@ -9,7 +9,7 @@ import orjson
 import structlog
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlalchemy import Table, bindparam, delete, insert, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import defer
@@ -25,9 +25,9 @@ from api.validation import resolve
 from core import ids
 from core.formats import CONTENT_TYPES
 from core.keys import job_prefix, result_store
-from core.queues import BATCH, NOTIFY
+from core.queues import ASSEMBLE, BATCH, NOTIFY, SYNTHESIZE, assembly_queue, model_queues
 from core.views import job_object
-from models import ACTIVE, Job, JobStatus, utcnow
+from models import ACTIVE, Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.base import uuid7
 from models.transitions import atransition
 
@@ -271,6 +271,55 @@ async def cancel_job(job_id: str, request: Request, state: StateDep, session: Se
                            code="job_finished")
     await session.refresh(job)
     return Json(_render(job, request, state))
+
+
+@router.post("/v1/audio/jobs/{job_id}/retry", status_code=202)
+async def retry_job(job_id: str, request: Request, state: StateDep, session: SessionDep,
+                    owner: OwnerDep) -> Json:
+    """Run a failed job again: only its segments that did not finish, then its assembly.
+
+    Finished parts are kept. A segment still running when the job failed is left to its
+    worker (or to the reaper, if that worker is gone).
+    """
+    job = await _load(session, job_id, owner)
+    if job.status != JobStatus.failed:
+        raise ApiError(409, f"only a failed job can be retried; this one is {job.status.value}",
+                       type="conflict_error", code="job_not_failed")
+    if not job.segments_total:
+        code = (job.error or {}).get("code", "failed")
+        raise ApiError(409, f"the job failed before it was planned ({code}); a retry would "
+                       "fail the same way: submit it again", type="conflict_error",
+                       code="job_not_retryable")
+    moved = await atransition(session, job.id, [JobStatus.failed], JobStatus.in_progress,
+                              detail={"retry": True}, error=None, completed_at=None,
+                              segments_failed=0)
+    if moved is None:  # another request retried or deleted it meanwhile
+        await session.rollback()
+        raise ApiError(409, "the job changed while it was being retried", type="conflict_error",
+                       code="job_not_failed")
+    again = (await session.execute(
+        update(Segment).where(Segment.job_id == job.id,
+                              Segment.status.in_([SegmentStatus.failed, SegmentStatus.pending]))
+        .values(status=SegmentStatus.pending, attempts=0, error=None, worker=None,
+                heartbeat_at=utcnow()).returning(Segment.id))).scalars().all()
+    running = await session.scalar(select(func.count()).select_from(Segment).where(
+        Segment.job_id == job.id, Segment.status == SegmentStatus.running))
+    await session.commit()
+    try:
+        if again:
+            queue = model_queues(job.model)[1]
+            for segment_id in again:
+                state.celery.send_task(SYNTHESIZE, args=[str(segment_id)], queue=queue)
+        elif not running:  # every part is there: the assembly failed
+            state.celery.send_task(ASSEMBLE, args=[str(job.id)],
+                                   queue=assembly_queue(await state.catalogue.workers()))
+    except Exception as exc:
+        raise unavailable(f"the retry is recorded but the broker is unreachable ({exc}); the "
+                          "job resumes when it is back (the reaper re-sends forgotten work)"
+                          ) from exc
+    log.info("job.retried", job_id=str(job.id), segments=len(again))
+    await session.refresh(job)
+    return Json(_render(job, request, state), status_code=202)
 
 
 @router.delete("/v1/audio/jobs/{job_id}")
