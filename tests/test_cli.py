@@ -41,3 +41,18 @@ def test_say_reports_api_errors(local_stack: Stack, tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert "unknown voice 'nope'" in done.stderr
+
+
+def test_retry_of_a_job_that_did_not_fail_says_why(local_stack: Stack, tmp_path: Path) -> None:
+    """The happy path of `narrator retry` is the API's (tests/test_retry.py); here the CLI
+    prints the API's refusal and exits 1."""
+    text = tmp_path / "note.txt"
+    text.write_text("Nothing will go wrong here.", encoding="utf-8")
+    submitted = subprocess.run(narrator("submit", str(text), "--wait", "--url", local_stack.url),
+                               capture_output=True, text=True, timeout=180, check=False)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.split()[0]
+    done = subprocess.run(narrator("retry", job_id, "--url", local_stack.url),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "error 409: only a failed job can be retried; this one is completed" in done.stderr
