@@ -68,6 +68,17 @@ class Process:
         return self.log.read_text(errors="replace")
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpu_double_env(seconds_per_frame: float = 0.01) -> dict[str, str]:
+    """Settings that run a worker's vLLM-Omni engine over the CPU double (tests/doubles)."""
+    return {"NARRATOR_ENGINE": "vllm-omni",
+            "NARRATOR_MODEL": str(ROOT / "tests" / "data" / "qwen3-tts-0.6b-customvoice"),
+            "PYTHONPATH": f"{ROOT / 'tests' / 'doubles' / 'site'}:{ROOT}",
+            "NARRATOR_TEST_OMNI_SECONDS_PER_FRAME": str(seconds_per_frame)}
+
+
 def narrator(*args: str) -> list[str]:
     """Return the argv that runs the `narrator` command of this interpreter."""
     return [sys.executable, "-P", "-m", "narrator", *args]

@@ -20,18 +20,19 @@ import redis
 
 from tests.conftest import base_env, redis_url
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
-from tests.support import Process, Stack, narrator, start_stack, wait_for, wait_job
+from tests.support import (
+    Process,
+    Stack,
+    gpu_double_env,
+    narrator,
+    start_stack,
+    wait_for,
+    wait_job,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "tests" / "data" / "qwen3-tts-0.6b-customvoice"
 SEGMENT_SECONDS = 3.0  # 300 frames at 10 ms
-
-
-def gpu_double_env() -> dict[str, str]:
-    """Settings that run a worker's vLLM-Omni engine over the CPU double."""
-    return {"NARRATOR_ENGINE": "vllm-omni", "NARRATOR_MODEL": str(MODEL),
-            "PYTHONPATH": f"{ROOT / 'tests' / 'doubles' / 'site'}:{ROOT}",
-            "NARRATOR_TEST_OMNI_SECONDS_PER_FRAME": "0.01"}
 
 
 @pytest.fixture(scope="module")

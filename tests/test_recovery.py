@@ -5,9 +5,11 @@ embedded mode (SQLite, the filesystem broker). No setting is shortened: workers 
 5 s, one silent for 20 s is dead, and every worker's reaper looks every 10 s.
 """
 
+import json
 import os
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -147,3 +149,54 @@ def test_a_stream_whose_worker_dies_breaks_within_seconds(stack: Stack) -> None:
         waited = time.monotonic() - killed
     assert received > 0
     assert waited <= SILENCE_SECONDS + 5, waited
+
+
+def test_sigterm_past_the_grace_period_hands_the_segments_back_at_once(tmp_path: Path) -> None:
+    """A GPU-style worker (the engine double, 8 s segments, 4 in flight) gets SIGTERM. Its
+    segments outlast WORKER_SHUTDOWN_GRACE_SECONDS, shortened here from 25 s to 2 s so the
+    test does not wait 25 s (the mechanism is the same): the worker gives them back and
+    exits, and another worker runs them at once (no reaper involved: its dead-worker sweep
+    would need WORKER_DEAD_SECONDS first). No segment completes twice. A worker whose
+    segments end within the grace period just finishes them (tests/test_resume.py)."""
+    from tests.support import gpu_double_env
+
+    redis.Redis.from_url(redis_url(1)).flushdb()
+    with fresh_database() as url:
+        env = base_env(tmp_path, url, 1) | gpu_double_env() | {
+            "NARRATOR_VLLM_MAX_IN_FLIGHT": "4", "NARRATOR_WORKER_THREADS": "6",
+            "NARRATOR_VLLM_WARMUP_TOKENS": "20", "NARRATOR_QUALITY_RETRIES": "0",
+            "NARRATOR_WORKER_SHUTDOWN_GRACE_SECONDS": "2"}
+        stack = start_stack(tmp_path, env)
+        try:
+            with stack.client() as http:
+                book = "\n\n".join(f"Paragraph {n} of the book." for n in range(6))
+                job = http.post("/v1/audio/jobs", json={
+                    "input": book, "response_format": "wav", "max_new_tokens": 800}).json()
+                wait_for(lambda: http.get(f"/v1/audio/jobs/{job['id']}").json()["status"]
+                         == "in_progress", 30, "the job to start")
+                time.sleep(2.0)  # 4 segments in the engine, none near its end (8 s each)
+                assert stack.worker.popen is not None
+                stopped = time.monotonic()
+                stack.worker.popen.send_signal(signal.SIGTERM)
+                stack.worker.popen.wait(30)
+                exited = time.monotonic() - stopped
+                first = stack.worker.output()
+                second = _worker(stack, "worker-2.log")
+                try:
+                    done = wait_job(http, job["id"], timeout=120)
+                finally:
+                    second.stop()
+        finally:
+            stack.stop()
+    assert exited < 2 + 8, exited  # the grace period, not the segments' 8 s
+    handed = [json.loads(line) for line in first.splitlines()
+              if line.startswith("{") and "worker.handed_back" in line]
+    assert handed, first[-3000:]
+    assert handed[0]["segments"] >= 4  # those in the engine, and any taken off the broker
+    assert "segment.done" not in first
+    assert done["status"] == "completed", done
+    assert done["segments"]["done"] == 6
+    key = str(uuid.UUID(hex=job["id"].removeprefix("job_")))
+    runs = [line for line in second.output().splitlines()
+            if '"segment.done"' in line and key in line]
+    assert len(runs) == 6

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import exists, insert, select, update
+from sqlalchemy import case, exists, insert, select, update
 from sqlalchemy.orm import Session, defer
 
 from core import metrics
@@ -130,6 +130,29 @@ def reserve(segment_id: uuid.UUID) -> None:
         session.execute(update(Segment).where(Segment.id == segment_id,
                                               Segment.status == SegmentStatus.pending)
                         .values(worker=worker_id()))
+
+
+def hand_back() -> list[tuple[uuid.UUID, str]]:
+    """Give back every segment this worker holds, running or only taken off the broker.
+
+    For a worker stopping before it could finish them: they go back to pending at once (a
+    running one gets back the attempt it spent: a deploy is not the segment's fault), and
+    their own runs can no longer complete them (`done` needs this worker's claim). Returns
+    (segment id, model) pairs to enqueue again.
+    """
+    with session_scope() as session:
+        rows = session.execute(
+            update(Segment)
+            .where(Segment.worker == worker_id(),
+                   Segment.status.in_([SegmentStatus.running, SegmentStatus.pending]))
+            .values(status=SegmentStatus.pending, worker=None, heartbeat_at=utcnow(),
+                    attempts=case((Segment.status == SegmentStatus.running,
+                                   Segment.attempts - 1), else_=Segment.attempts))
+            .returning(Segment.id, Segment.job_id)).all()
+        jobs = {job_id for _, job_id in rows}
+        models = dict(session.execute(select(Job.id, Job.model).where(Job.id.in_(jobs))).all()) \
+            if jobs else {}
+    return [(segment_id, models[job_id]) for segment_id, job_id in rows]
 
 
 def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID | None:

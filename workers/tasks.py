@@ -18,6 +18,7 @@ from celery.signals import (
     task_received,
     worker_init,
     worker_shutdown,
+    worker_shutting_down,
 )
 
 from core import metrics, outbound, queues
@@ -199,9 +200,39 @@ def _warm_engine(**_: Any) -> None:
         log.info("worker.ready", queues=list(_presence.queues), engine=None)
 
 
-@worker_shutdown.connect
-def _leave(**_: Any) -> None:
+@worker_shutting_down.connect
+def _shutting_down(**_: Any) -> None:
+    """On SIGTERM: stop taking sync requests now, and start the grace period's clock.
+
+    Celery's warm shutdown stops consuming and waits for the tasks in flight; if they have
+    not finished within WORKER_SHUTDOWN_GRACE_SECONDS (a GPU worker holds 64 segments of up
+    to tens of seconds each), the worker hands them back and exits without waiting.
+    """
     if _lane is not None:
+        _lane.should_stop = True
+    grace = get_settings().worker_shutdown_grace_seconds
+    threading.Thread(target=_hand_back_after, args=(grace,), name="shutdown-grace",
+                     daemon=True).start()
+
+
+def _hand_back_after(grace: float) -> None:
+    time.sleep(grace)  # a worker that finishes its tasks first has exited by now
+    try:
+        held = pipeline.hand_back()
+        for segment_id, model in held:
+            _enqueue(SYNTHESIZE, str(segment_id), model, 0.0)
+        log.warning("worker.handed_back", segments=len(held), grace_seconds=grace)
+    except Exception:  # the database or broker is down: the reaper hands them on instead
+        log.exception("worker.hand_back_failed")
+    _leave(finish=False)
+    os._exit(0)  # the engine's child sees its parent go and shuts the engine down
+
+
+@worker_shutdown.connect
+def _leave(finish: bool = True, **_: Any) -> None:
+    """Leave the registry and the workers table; with `finish`, after the realtime lane's
+    requests and the engine have stopped (a warm shutdown)."""
+    if _lane is not None and finish:
         _lane.stop()
     if _busy is not None:
         _busy.stop()
@@ -211,8 +242,8 @@ def _leave(**_: Any) -> None:
         if _presence.state != "failed":  # a failed worker's record says why it stopped
             with contextlib.suppress(Exception):
                 _presence.registry.remove(_presence.id)
-    close = getattr(loaded_engine(), "close", None)  # stop its GPU processes with the worker
-    if close is not None:
+    close = getattr(loaded_engine(), "close", None) if finish else None
+    if close is not None:  # stop its GPU processes with the worker
         close()
     if _heart is not None:  # after the pool has finished its tasks: this worker holds none
         _heart.stop()
