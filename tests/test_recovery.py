@@ -200,3 +200,38 @@ def test_sigterm_past_the_grace_period_hands_the_segments_back_at_once(tmp_path:
     runs = [line for line in second.output().splitlines()
             if '"segment.done"' in line and key in line]
     assert len(runs) == 6
+
+
+def test_a_gpu_workers_engine_child_killed_mid_job_restarts_and_the_job_completes(
+        tmp_path: Path) -> None:
+    """SIGKILL the engine's child process (an OOM kill, a driver fault) of a GPU-style worker
+    running over the engine double: the requests it held fail, their segments go back to
+    pending and run again on a new child, default retry settings; the worker never stops."""
+    from tests.support import gpu_double_env
+
+    redis.Redis.from_url(redis_url(1)).flushdb()
+    with fresh_database() as url:
+        env = base_env(tmp_path, url, 1) | gpu_double_env() | {
+            "NARRATOR_VLLM_MAX_IN_FLIGHT": "4", "NARRATOR_WORKER_THREADS": "6",
+            "NARRATOR_VLLM_WARMUP_TOKENS": "20", "NARRATOR_QUALITY_RETRIES": "0"}
+        stack = start_stack(tmp_path, env)
+        try:
+            with stack.client() as http:
+                book = "\n\n".join(f"Paragraph {n} of the book." for n in range(6))
+                job = http.post("/v1/audio/jobs", json={
+                    "input": book, "response_format": "wav", "max_new_tokens": 300}).json()
+                wait_for(lambda: http.get(f"/v1/audio/jobs/{job['id']}").json()["status"]
+                         == "in_progress", 30, "the job to start")
+                time.sleep(1.0)  # segments in the engine (3 s each)
+                started = [json.loads(line) for line in stack.worker.output().splitlines()
+                           if line.startswith("{") and "engine.process_started" in line]
+                os.kill(started[-1]["pid"], signal.SIGKILL)
+                done = wait_job(http, job["id"], timeout=120)
+            log = stack.worker.output()
+            worker_alive = stack.worker.popen is not None and stack.worker.popen.poll() is None
+        finally:
+            stack.stop()
+    assert done["status"] == "completed", (done, log[-3000:])
+    assert done["segments"]["done"] == 6
+    assert log.count("engine.process_started") == 2  # the child was started again
+    assert worker_alive

@@ -32,7 +32,7 @@ class WorkerSettings(CoreSettings):
     # On SIGTERM a worker stops taking work and finishes what it holds; what is still
     # running after this many seconds is handed back to the queue at once and the worker
     # exits. Keep it under the supervisor's own limit (Kubernetes' terminationGracePeriod,
-    # 30 s by default; compose's stop_grace_period, 2 minutes in docker-compose.yml).
+    # 30 s by default; compose's stop_grace_period, 2 and 5 minutes in docker-compose.yml).
     worker_shutdown_grace_seconds: float = 25.0
     metrics_port: int = 0  # a worker serves /metrics here (0: only through the API's)
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
