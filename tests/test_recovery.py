@@ -235,3 +235,32 @@ def test_a_gpu_workers_engine_child_killed_mid_job_restarts_and_the_job_complete
     assert done["segments"]["done"] == 6
     assert log.count("engine.process_started") == 2  # the child was started again
     assert worker_alive
+
+
+@pytest.mark.parametrize("limit", [{"NARRATOR_WORKER_MAX_TASKS": "4"},
+                                   {"NARRATOR_WORKER_MAX_RSS_MB": "1"}])
+def test_a_recycled_worker_loses_no_segment_and_runs_none_twice(
+        tmp_path: Path, limit: dict[str, str]) -> None:
+    """Recycling under limits the worker passes at once (4 tasks; 1 MiB of RSS, so it
+    restarts after its first task every time): it stops as on SIGTERM, execs itself, and
+    the job still completes with every segment synthesised exactly once."""
+    redis.Redis.from_url(redis_url(1)).flushdb()
+    with fresh_database() as url:
+        stack = start_stack(tmp_path, base_env(tmp_path, url, 1) | limit)
+        try:
+            with stack.client() as http:
+                book = {"input": "\n\n".join([PARAGRAPH[:150]] * 8), "response_format": "wav"}
+                job = http.post("/v1/audio/jobs", json=book).json()
+                done = wait_job(http, job["id"], timeout=240)
+            log = stack.worker.output()
+            alive = stack.worker.popen is not None and stack.worker.popen.poll() is None
+        finally:
+            stack.stop()
+    assert done["status"] == "completed", (done, log[-3000:])
+    assert log.count("worker.recycling") >= 2
+    assert log.count('"engine.ready"') >= 3  # each recycled process warmed up again
+    assert alive  # the same process (exec keeps the pid): a supervisor sees no exit
+    key = str(uuid.UUID(hex=job["id"].removeprefix("job_")))
+    runs = [json.loads(line)["segment"] for line in log.splitlines()
+            if line.startswith("{") and '"segment.done"' in line and key in line]
+    assert sorted(runs) == list(range(8))

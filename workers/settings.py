@@ -34,6 +34,13 @@ class WorkerSettings(CoreSettings):
     # exits. Keep it under the supervisor's own limit (Kubernetes' terminationGracePeriod,
     # 30 s by default; compose's stop_grace_period, 2 and 5 minutes in docker-compose.yml).
     worker_shutdown_grace_seconds: float = 25.0
+    # Recycling (workers/recycle.py): past this many tasks or this resident size (MiB) of
+    # the worker's own process, it stops as on SIGTERM and starts itself again; 0: never.
+    # The RSS limit is about 4x a Piper worker's steady state (450-470 MiB in the soak).
+    # On a GPU worker a restart also restarts its engine (about 2 minutes with warm caches),
+    # and the engine's child is not counted: its memory is vLLM's own (see the README).
+    worker_max_tasks: int = 0
+    worker_max_rss_mb: float = 2048.0
     metrics_port: int = 0  # a worker serves /metrics here (0: only through the API's)
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
     vllm_deploy_config: str = ""

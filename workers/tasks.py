@@ -1,7 +1,9 @@
 """Celery tasks: thin wrappers that take ids, call the pipeline and enqueue after commit."""
 
+import atexit
 import contextlib
 import os
+import signal
 import threading
 import time
 import uuid
@@ -37,7 +39,7 @@ from core.queues import (
 )
 from core.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
 from storage import STORAGE_ERRORS
-from workers import pipeline, reaper, speech, webhooks
+from workers import pipeline, reaper, recycle, speech, webhooks
 from workers.app import celery_app
 from workers.engine import get_engine, loaded_engine
 from workers.engines import Engine, SpeechRequest
@@ -80,6 +82,7 @@ _presence: _Presence | None = None
 _busy: metrics.BusyMeter | None = None
 _lane: RealtimeLane | None = None
 _heart: Heart | None = None
+_recycler: recycle.Recycler | None = None
 ENGINE_FAILED_EXIT = 3  # the worker's exit status when its engine cannot start
 WEBHOOK_MAX_ATTEMPTS = 11
 
@@ -108,6 +111,10 @@ def _task_ended(**_: Any) -> None:
     if _busy is not None:
         _busy.end()
     structlog.contextvars.clear_contextvars()
+    if _recycler is not None and (reason := _recycler.task_done()):
+        log.warning("worker.recycling", reason=reason)
+        atexit.register(recycle.restart)  # after the warm shutdown below has finished
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def warm_up(engine: Engine, settings: WorkerSettings) -> None:
@@ -159,8 +166,9 @@ def _warm_engine(**_: Any) -> None:
     consumes anything; its registry record says why (/readyz lists it), and the process
     supervisor (compose's restart policy, Kubernetes) restarts it with backoff.
     """
-    global _presence, _busy, _lane, _heart
+    global _presence, _busy, _lane, _heart, _recycler
     settings = get_settings()
+    _recycler = recycle.Recycler(settings.worker_max_tasks, settings.worker_max_rss_mb)
     _heart = Heart(settings.worker_heartbeat_seconds)
     _heart.start()  # before any claim: a segment's worker must be seen alive
     _presence = _Presence()
@@ -225,6 +233,8 @@ def _hand_back_after(grace: float) -> None:
     except Exception:  # the database or broker is down: the reaper hands them on instead
         log.exception("worker.hand_back_failed")
     _leave(finish=False)
+    if _recycler is not None and _recycler.due:
+        recycle.restart()
     os._exit(0)  # the engine's child sees its parent go and shuts the engine down
 
 
