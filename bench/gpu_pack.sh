@@ -21,6 +21,7 @@ python3 -m pip download -q --no-deps $PLAT -d "$W"/wheels \
   psycopg==3.3.9 psycopg-binary==3.3.9 asyncpg==0.32.0 aiosqlite==0.22.1 \
   celery==5.7.0 kombu==5.7.0 billiard==4.3.2 vine==5.1.0 amqp==5.4.2 click-didyoumean==0.3.1 \
   click-repl==0.4.1 click-plugins==1.1.1.2 prompt_toolkit==3.0.53 python-dateutil==2.9.0.post0 \
+  tzlocal six \
   tzdata redis==8.1.0 fsspec==2026.9.0 botocore==1.43.117 jmespath==1.1.0 soxr==1.1.0 \
   pyloudnorm==0.2.0 num2words==0.5.14 pysbd==0.3.4 markdown-it-py==4.3.0 \
   mdurl==0.1.2 beautifulsoup4==4.15.0 soupsieve==4.1.2 typer==0.29.2 rich==15.0.0 \

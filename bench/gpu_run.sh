@@ -47,5 +47,8 @@ JOB
     done
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
     cat $LOGS/done 2>/dev/null; tail -40 $LOGS/product.log; tail -5 $LOGS/test.log 2>/dev/null
-    mkdir -p "${OUT:-/tmp/out}" && find $LOGS -name '*.log' -size -20M -exec cp --parents {} "${OUT:-/tmp/out}" \; ;;
+    mkdir -p "${OUT:-/tmp/out}"
+    for f in $LOGS/*.log $LOGS/*.json $LOGS/*/*.log /tmp/nrepo/bench/results/gpu_product*.json; do
+      [ -f "$f" ] && cp "$f" "${OUT:-/tmp/out}/$(basename "$(dirname "$f")")-$(basename "$f")"
+    done ;;
 esac

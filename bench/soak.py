@@ -12,6 +12,7 @@ Ctrl-C (or SIGTERM) stops submitting, waits for the jobs already submitted to en
 reports over those, marked "interrupted"; a second Ctrl-C aborts.
 
     python -m bench.soak [--jobs 10000] [--clients 8] [--window 64]
+        [--env NARRATOR_WORKER_MAX_TASKS=1000]   # settings for both processes (repeatable)
         [--database-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/5]
 """
@@ -58,7 +59,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=0.2)
     parser.add_argument("--database-url", default=PG_URL)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for the API and the worker; names the result file")
     args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.env)
 
     from sqlalchemy import text
 
@@ -76,7 +80,7 @@ def main() -> None:
 
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
-    with platform_on_services(args.database_url, args.redis_url) as platform:
+    with platform_on_services(args.database_url, args.redis_url, extra_env=extra) as platform:
         url, database = platform.url, platform.database
         api, worker = platform.api.pid, platform.worker.pid if platform.worker else 0
 
@@ -150,9 +154,11 @@ def main() -> None:
                               "window": args.window, "memory": memory,
                               "samples": {k: [(round(t - start, 1), round(m, 1)) for t, m in v]
                                           for k, v in samples.items()}}
-    name = f"soak_{args.jobs}" + ("_partial" if interrupted.is_set() else "")
+    tag = "".join(f"_{k.removeprefix('NARRATOR_').lower()}{v}" for k, v in extra.items())
+    name = f"soak_{args.jobs}{tag}" + ("_partial" if interrupted.is_set() else "")
     save(name, result)
-    plots.lines(RESULTS / f"{name}.png", f"Soak: {args.jobs:,} jobs on Postgres + Redis",
+    plots.lines(RESULTS / f"{name}.png", f"Soak: {args.jobs:,} jobs on Postgres + Redis"
+                + "".join(f", {k.removeprefix('NARRATOR_')}={v}" for k, v in extra.items()),
                 "seconds", "RSS (MiB)",
                 {name_: [(t - start, m) for t, m in points] for name_, points in samples.items()},
                 {"jobs ended": [(t - start, n) for t, n in jobs_at]}, "jobs ended")
