@@ -132,7 +132,7 @@ def wait_ready(url: str, timeout: float, processes: list[subprocess.Popen[bytes]
                 return time.monotonic() - started
         for process in processes:
             if process.poll() is not None:
-                raise RuntimeError(f"{process.args} exited with {process.returncode}")
+                raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
         time.sleep(0.5)
     raise TimeoutError(f"no worker ready after {timeout:.0f} s")
 

@@ -1,0 +1,97 @@
+"""PocketSphinx forced alignment of real Piper speech (workers/aligners)."""
+
+import itertools
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from workers.aligners import Word, words_of
+from workers.aligners.sphinx import SphinxAligner, _fill
+from workers.engines import SpeechRequest
+
+TEXTS = ["The ferry left the harbour at a quarter past seven.",
+         "Nobody on the deck seemed to mind the delay at all.",
+         "A child counted the gulls that followed the wake.",
+         "The lighthouse keeper still walks to the point every evening."]
+
+
+@pytest.fixture(scope="module")
+def spoken() -> tuple[list[np.ndarray], int]:
+    from workers.engine import get_engine
+
+    engine = get_engine()
+    voice = engine.info.voices[0].id
+    return engine.synthesize([SpeechRequest(text=t, voice=voice) for t in TEXTS]), \
+        engine.sample_rate
+
+
+def test_words_are_the_spoken_texts_in_order_monotonic_and_inside_the_audio(
+        spoken: tuple[list[np.ndarray], int]) -> None:
+    clips, rate = spoken
+    words = SphinxAligner().align(clips[0], rate, TEXTS[0])
+    assert words is not None
+    assert [w.word for w in words] == words_of(TEXTS[0])
+    assert all(w.start < w.end for w in words)
+    assert all(a.end <= b.start for a, b in itertools.pairwise(words))
+    assert words[0].start >= 0
+    assert words[-1].end <= len(clips[0])
+    assert not any(w.estimated for w in words)
+
+
+def test_two_sentences_joined_are_split_where_the_first_clip_ends(
+        spoken: tuple[list[np.ndarray], int]) -> None:
+    clips, rate = spoken
+    audio = np.concatenate(clips[:2])
+    words = SphinxAligner().align(audio, rate, f"{TEXTS[0]} {TEXTS[1]}")
+    assert words is not None
+    first = len(words_of(TEXTS[0]))
+    boundary = len(clips[0])
+    assert words[first - 1].end <= boundary + rate // 10  # within 100 ms of the true join
+    assert words[first].start >= boundary - rate // 10
+
+
+def test_threads_aligning_at_once_get_what_one_thread_gets(
+        spoken: tuple[list[np.ndarray], int]) -> None:
+    """A PocketSphinx decoder holds one utterance: each thread must use its own."""
+    clips, rate = spoken
+    aligner = SphinxAligner()
+    alone = [aligner.align(c, rate, t) for c, t in zip(clips, TEXTS, strict=True)]
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(3):
+            together = list(pool.map(lambda n: aligner.align(clips[n % 4], rate, TEXTS[n % 4]),
+                                     range(16)))
+            assert together == [alone[n % 4] for n in range(16)]
+
+
+def test_a_word_outside_the_dictionary_is_placed_between_its_neighbours(
+        spoken: tuple[list[np.ndarray], int]) -> None:
+    clips, rate = spoken
+    text = TEXTS[0].replace("harbour", "zzqxharbour")  # no such word: not aligned
+    words = SphinxAligner().align(clips[0], rate, text)
+    assert words is not None
+    odd = next(w for w in words if w.word == "zzqxharbour")
+    assert odd.estimated
+    at = words.index(odd)
+    assert words[at - 1].end <= odd.start < odd.end <= words[at + 1].start
+
+
+def test_nothing_to_align_gives_none() -> None:
+    aligner = SphinxAligner()
+    assert aligner.align(np.zeros(0, dtype=np.float32), 22050, "words") is None
+    assert aligner.align(np.zeros(22050, dtype=np.float32), 22050, "...") is None
+
+
+def test_unplaced_runs_share_their_gap_by_letters() -> None:
+    placed = [Word("a", 0, 10), None, None, Word("d", 100, 110)]
+    filled = _fill(["a", "bb", "cccc", "d"], placed, 200, rate=100)  # 60 ms: room enough
+    assert [(w.word, w.start, w.end, w.estimated) for w in filled] == [
+        ("a", 0, 10, False), ("bb", 10, 40, True), ("cccc", 40, 100, True),
+        ("d", 100, 110, False)]
+
+
+def test_an_unplaced_word_with_no_gap_shares_its_neighbours_spans() -> None:
+    placed = [Word("a", 0, 10), None, Word("cc", 10, 40)]
+    filled = _fill(["a", "bbb", "cc"], placed, 100, rate=1000)  # no room at all
+    assert [(w.word, w.start, w.end, w.estimated) for w in filled] == [
+        ("a", 0, 7, True), ("bbb", 7, 27, True), ("cc", 27, 40, True)]
