@@ -182,6 +182,16 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> 
     stack.stop()
 
 
+@pytest.fixture
+def s3_server(tmp_path: Path) -> Iterator[S3Server]:
+    """An S3 server of this test's own (`weed mini`), which the test may stop and start."""
+    folder = tmp_path / "weed"
+    folder.mkdir()
+    server = S3Server(folder).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def s3_stack(tmp_path_factory: pytest.TempPathFactory, database_url: str,
              s3: dict[str, str]) -> Iterator[Stack]:

@@ -5,6 +5,7 @@ embedded mode (SQLite, the filesystem broker). No setting is shortened: workers 
 5 s, one silent for 20 s is dead, and every worker's reaper looks every 10 s.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -151,6 +152,30 @@ def test_a_stream_whose_worker_dies_breaks_within_seconds(stack: Stack) -> None:
     assert waited <= SILENCE_SECONDS + 5, waited
 
 
+@contextlib.contextmanager
+def _gpu_job(tmp_path: Path, frames: int,
+             **settings: str) -> Iterator[tuple[Stack, httpx.Client, dict[str, Any]]]:
+    """A GPU-style stack (the engine double at 10 ms a frame, 4 in flight, 6 threads) on
+    Postgres and Redis, running a 6-segment job of `frames` frames a segment."""
+    from tests.support import gpu_double_env
+
+    redis.Redis.from_url(redis_url(1)).flushdb()
+    with fresh_database() as url:
+        stack = start_stack(tmp_path, base_env(tmp_path, url, 1) | gpu_double_env() | {
+            "NARRATOR_VLLM_MAX_IN_FLIGHT": "4", "NARRATOR_WORKER_THREADS": "6",
+            "NARRATOR_VLLM_WARMUP_TOKENS": "20", "NARRATOR_QUALITY_RETRIES": "0"} | settings)
+        try:
+            with stack.client() as http:
+                book = "\n\n".join(f"Paragraph {n} of the book." for n in range(6))
+                job = http.post("/v1/audio/jobs", json={
+                    "input": book, "response_format": "wav", "max_new_tokens": frames}).json()
+                wait_for(lambda: http.get(f"/v1/audio/jobs/{job['id']}").json()["status"]
+                         == "in_progress", 30, "the job to start")
+                yield stack, http, job
+        finally:
+            stack.stop()
+
+
 def test_sigterm_past_the_grace_period_hands_the_segments_back_at_once(tmp_path: Path) -> None:
     """A GPU-style worker (the engine double, 8 s segments, 4 in flight) gets SIGTERM. Its
     segments outlast WORKER_SHUTDOWN_GRACE_SECONDS, shortened here from 25 s to 2 s so the
@@ -158,36 +183,20 @@ def test_sigterm_past_the_grace_period_hands_the_segments_back_at_once(tmp_path:
     exits, and another worker runs them at once (no reaper involved: its dead-worker sweep
     would need WORKER_DEAD_SECONDS first). No segment completes twice. A worker whose
     segments end within the grace period just finishes them (tests/test_resume.py)."""
-    from tests.support import gpu_double_env
-
-    redis.Redis.from_url(redis_url(1)).flushdb()
-    with fresh_database() as url:
-        env = base_env(tmp_path, url, 1) | gpu_double_env() | {
-            "NARRATOR_VLLM_MAX_IN_FLIGHT": "4", "NARRATOR_WORKER_THREADS": "6",
-            "NARRATOR_VLLM_WARMUP_TOKENS": "20", "NARRATOR_QUALITY_RETRIES": "0",
-            "NARRATOR_WORKER_SHUTDOWN_GRACE_SECONDS": "2"}
-        stack = start_stack(tmp_path, env)
+    with _gpu_job(tmp_path, 800, NARRATOR_WORKER_SHUTDOWN_GRACE_SECONDS="2") as (
+            stack, http, job):
+        time.sleep(2.0)  # 4 segments in the engine, none near its end (8 s each)
+        assert stack.worker.popen is not None
+        stopped = time.monotonic()
+        stack.worker.popen.send_signal(signal.SIGTERM)
+        stack.worker.popen.wait(30)
+        exited = time.monotonic() - stopped
+        first = stack.worker.output()
+        second = _worker(stack, "worker-2.log")
         try:
-            with stack.client() as http:
-                book = "\n\n".join(f"Paragraph {n} of the book." for n in range(6))
-                job = http.post("/v1/audio/jobs", json={
-                    "input": book, "response_format": "wav", "max_new_tokens": 800}).json()
-                wait_for(lambda: http.get(f"/v1/audio/jobs/{job['id']}").json()["status"]
-                         == "in_progress", 30, "the job to start")
-                time.sleep(2.0)  # 4 segments in the engine, none near its end (8 s each)
-                assert stack.worker.popen is not None
-                stopped = time.monotonic()
-                stack.worker.popen.send_signal(signal.SIGTERM)
-                stack.worker.popen.wait(30)
-                exited = time.monotonic() - stopped
-                first = stack.worker.output()
-                second = _worker(stack, "worker-2.log")
-                try:
-                    done = wait_job(http, job["id"], timeout=120)
-                finally:
-                    second.stop()
+            done = wait_job(http, job["id"], timeout=120)
         finally:
-            stack.stop()
+            second.stop()
     assert exited < 2 + 8, exited  # the grace period, not the segments' 8 s
     handed = [json.loads(line) for line in first.splitlines()
               if line.startswith("{") and "worker.handed_back" in line]
@@ -207,30 +216,14 @@ def test_a_gpu_workers_engine_child_killed_mid_job_restarts_and_the_job_complete
     """SIGKILL the engine's child process (an OOM kill, a driver fault) of a GPU-style worker
     running over the engine double: the requests it held fail, their segments go back to
     pending and run again on a new child, default retry settings; the worker never stops."""
-    from tests.support import gpu_double_env
-
-    redis.Redis.from_url(redis_url(1)).flushdb()
-    with fresh_database() as url:
-        env = base_env(tmp_path, url, 1) | gpu_double_env() | {
-            "NARRATOR_VLLM_MAX_IN_FLIGHT": "4", "NARRATOR_WORKER_THREADS": "6",
-            "NARRATOR_VLLM_WARMUP_TOKENS": "20", "NARRATOR_QUALITY_RETRIES": "0"}
-        stack = start_stack(tmp_path, env)
-        try:
-            with stack.client() as http:
-                book = "\n\n".join(f"Paragraph {n} of the book." for n in range(6))
-                job = http.post("/v1/audio/jobs", json={
-                    "input": book, "response_format": "wav", "max_new_tokens": 300}).json()
-                wait_for(lambda: http.get(f"/v1/audio/jobs/{job['id']}").json()["status"]
-                         == "in_progress", 30, "the job to start")
-                time.sleep(1.0)  # segments in the engine (3 s each)
-                started = [json.loads(line) for line in stack.worker.output().splitlines()
-                           if line.startswith("{") and "engine.process_started" in line]
-                os.kill(started[-1]["pid"], signal.SIGKILL)
-                done = wait_job(http, job["id"], timeout=120)
-            log = stack.worker.output()
-            worker_alive = stack.worker.popen is not None and stack.worker.popen.poll() is None
-        finally:
-            stack.stop()
+    with _gpu_job(tmp_path, 300) as (stack, http, job):
+        time.sleep(1.0)  # segments in the engine (3 s each)
+        started = [json.loads(line) for line in stack.worker.output().splitlines()
+                   if line.startswith("{") and "engine.process_started" in line]
+        os.kill(started[-1]["pid"], signal.SIGKILL)
+        done = wait_job(http, job["id"], timeout=120)
+        log = stack.worker.output()
+        worker_alive = stack.worker.popen is not None and stack.worker.popen.poll() is None
     assert done["status"] == "completed", (done, log[-3000:])
     assert done["segments"]["done"] == 6
     assert log.count("engine.process_started") == 2  # the child was started again

@@ -25,15 +25,6 @@ BOOK = {"input": "\n\n".join([PARAGRAPH] * 12), "response_format": "wav"}
 
 
 @pytest.fixture
-def s3_server(tmp_path: Path) -> Iterator[S3Server]:
-    folder = tmp_path / "weed"
-    folder.mkdir()
-    server = S3Server(folder).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def database_url() -> Iterator[str]:
     with fresh_database() as url:  # a reaper of its own: it sees only this test's jobs
         yield url

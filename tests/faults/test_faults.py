@@ -136,15 +136,6 @@ def test_redis_restarted_mid_job(tmp_path: Path, database_url: str,
     assert max(attempts) <= 2
 
 
-@pytest.fixture
-def s3_server(tmp_path: Path) -> Iterator[S3Server]:
-    folder = tmp_path / "weed"
-    folder.mkdir()
-    server = S3Server(folder).start()
-    yield server
-    server.stop()
-
-
 def test_s3_down_for_a_few_seconds_mid_job(tmp_path: Path, database_url: str,
                                            s3_server: S3Server) -> None:
     env = base_env(tmp_path, database_url, 8) | FAST_REAPER | s3_server.stack_env() | {
