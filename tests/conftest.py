@@ -120,8 +120,14 @@ class S3Server:
                               aws_secret_access_key=S3_SECRET, region_name="us-east-1")
 
         def bucket_ready() -> bool:
-            with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
-                client.create_bucket(Bucket=S3_BUCKET)  # exists: started again on its data
+            from botocore.exceptions import BotoCoreError
+
+            try:
+                client.create_bucket(Bucket=S3_BUCKET)
+            except client.exceptions.BucketAlreadyOwnedByYou:
+                pass  # started again on its data
+            except BotoCoreError:  # not listening yet (not an OSError: wait_for lets it out)
+                return False
             return True
 
         try:
@@ -129,6 +135,9 @@ class S3Server:
         except TimeoutError:
             self.stop()
             raise AssertionError(self.process.output()[-3000:]) from None
+        except BaseException:  # never leave the server running behind a failed start
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:

@@ -95,3 +95,15 @@ def test_an_unplaced_word_with_no_gap_shares_its_neighbours_spans() -> None:
     filled = _fill(["a", "bbb", "cc"], placed, 100, rate=1000)  # no room at all
     assert [(w.word, w.start, w.end, w.estimated) for w in filled] == [
         ("a", 0, 7, True), ("bbb", 7, 27, True), ("cc", 27, 40, True)]
+
+
+def test_an_answer_does_not_depend_on_what_was_aligned_before(
+        spoken: tuple[list[np.ndarray], int]) -> None:
+    """PocketSphinx's front end keeps state between utterances; the aligner resets it."""
+    clips, rate = spoken
+    aligner = SphinxAligner()
+    first = [aligner.align(c, rate, t) for c, t in zip(clips, TEXTS, strict=True)]
+    for before in range(4):
+        for k in range(4):
+            aligner.align(clips[before], rate, TEXTS[before])
+            assert aligner.align(clips[k], rate, TEXTS[k]) == first[k]
