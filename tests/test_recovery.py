@@ -132,6 +132,7 @@ def test_a_sync_request_whose_worker_dies_gets_a_503_within_seconds(stack: Stack
     assert error["code"] == "worker_lost"
     assert error["type"] == "service_unavailable"
     assert response.headers["Retry-After"] == "1"
+    print(f"kill to 503: {waited:.1f} s")  # pytest -s shows it
     assert SILENCE_SECONDS - 1.5 <= waited <= SILENCE_SECONDS + 5, waited
 
 
@@ -197,6 +198,7 @@ def test_sigterm_past_the_grace_period_hands_the_segments_back_at_once(tmp_path:
             done = wait_job(http, job["id"], timeout=120)
         finally:
             second.stop()
+    print(f"SIGTERM to exit: {exited:.1f} s")  # pytest -s shows it
     assert exited < 2 + 8, exited  # the grace period, not the segments' 8 s
     handed = [json.loads(line) for line in first.splitlines()
               if line.startswith("{") and "worker.handed_back" in line]
