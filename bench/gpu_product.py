@@ -49,10 +49,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class GpuBusy:
-    """Samples nvidia-smi's utilisation.gpu and memory.used twice a second."""
+    """Samples nvidia-smi's utilisation.gpu and memory.used, and the load average, each 0.5 s."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[float, float, float]] = []
+        self.load: list[tuple[float, float]] = []  # 1-minute load average: CPU contention
         self._stop = threading.Event()
         self.available = shutil.which("nvidia-smi") is not None
         if self.available:
@@ -66,14 +67,16 @@ class GpuBusy:
                                      text=True, timeout=5).stdout.splitlines()[0]
                 busy, used = (float(v) for v in out.split(","))
                 self.samples.append((time.monotonic(), busy, used))
+                self.load.append((time.monotonic(), os.getloadavg()[0]))
 
     def mean(self, start: float, end: float) -> str:
         """Return the mean utilisation and the peak memory between two monotonic times."""
         window = [(u, m) for t, u, m in self.samples if start <= t <= end]
         if not window:
             return "n/a"
+        load = [v for t, v in self.load if start <= t <= end]
         return (f"{statistics.mean(u for u, _ in window):.0f} %, "
-                f"peak {max(m for _, m in window) / 1024:.1f} GiB")
+                f"peak {max(m for _, m in window) / 1024:.1f} GiB, load {max(load):.0f}")
 
     def stop(self) -> None:
         """Stop sampling."""
@@ -154,22 +157,29 @@ class Client:
         response.raise_for_status()
         return str(response.json()["id"])
 
-    def wait(self, job_id: str) -> float:
-        """Wait for a job to complete; return its speech audio-seconds.
+    def wait(self, *job_ids: str) -> float:
+        """Wait for jobs to complete, polling all of them every 0.2 s; return speech audio-s.
 
-        `self.synthesized[job_id]` is when its last segment was seen done (polled every
-        0.2 s): what follows is assembly.
+        `self.synthesized[job_id]` is when its last segment was first seen done: what follows
+        is assembly.
         """
-        while (job := self.http.get(f"/v1/audio/jobs/{job_id}").json())["status"] not in (
-                "completed", "failed", "cancelled"):
-            if job["segments"]["total"] and job["segments"]["done"] == job["segments"]["total"]:
-                self.synthesized.setdefault(job_id, time.monotonic())
+        pending, audio = list(job_ids), 0.0
+        while pending:
+            for job_id in list(pending):
+                job = self.http.get(f"/v1/audio/jobs/{job_id}").json()
+                segments = job["segments"]
+                if (segments["total"] and segments["done"] == segments["total"]) or \
+                        job["status"] in ("completed", "failed", "cancelled"):
+                    self.synthesized.setdefault(job_id, time.monotonic())
+                if job["status"] in ("completed", "failed", "cancelled"):
+                    pending.remove(job_id)
+                    if job["status"] != "completed":
+                        raise RuntimeError(f"job {job_id} ended {job['status']}: "
+                                           f"{job.get('error')}")
+                    manifest = self.http.get(job["result"]["manifest_url"]).json()
+                    audio += float(sum(s["duration_seconds"] for s in manifest["segments"]))
             time.sleep(0.2)
-        self.synthesized.setdefault(job_id, time.monotonic())
-        if job["status"] != "completed":
-            raise RuntimeError(f"job {job_id} ended {job['status']}: {job.get('error')}")
-        manifest = self.http.get(job["result"]["manifest_url"]).json()
-        return float(sum(s["duration_seconds"] for s in manifest["segments"]))
+        return audio
 
     def first_audio(self) -> float:
         """Return seconds to the first byte of a streamed request."""
@@ -239,12 +249,11 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str
     phase(out, "sync_saturated", sync)
     phase(out, "probes_saturated", {"seconds": probes_end - probe_start - args.settle,
                                     "jobs_still_running": saturated})
-    for job in jobs:
-        client.wait(job)
+    client.wait(*jobs)
     phase(out, "saturated_gpu", busy.mean(probe_start, time.monotonic()))
     started = time.monotonic()
     jobs = [client.submit(args.segments, f"sustained-{n}") for n in range(args.jobs)]
-    audio = sum(client.wait(j) for j in jobs)
+    audio = client.wait(*jobs)
     wall = time.monotonic() - started
     phase(out, "sustained", {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
                              "synthesis_s": max(client.synthesized[j] for j in jobs) - started,
@@ -257,7 +266,7 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
     env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
         "NARRATOR_DATA_DIR": str(folder / mode), "NARRATOR_ENGINE": "vllm-omni",
         "NARRATOR_MODEL": args.model, "NARRATOR_QUALITY_RETRIES": "0",
-        "NARRATOR_LOG_JSON": "1"}
+        "NARRATOR_LOG_JSON": "1"} | dict(item.split("=", 1) for item in args.env)
     if args.double:
         env |= {"PYTHONPATH": f"{ROOT / 'tests' / 'doubles' / 'site'}:{ROOT}",
                 "NARRATOR_TEST_OMNI_SECONDS_PER_FRAME": str(args.double_pace)}
@@ -327,6 +336,8 @@ def main() -> None:
     parser.add_argument("--double", action="store_true", help="the CPU engine double")
     parser.add_argument("--double-pace", type=float, default=0.002)
     parser.add_argument("--label", default="gpu_product")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for every platform process (repeatable)")
     args = parser.parse_args()
     folder = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="narrator-gpu-product-"))
     busy = GpuBusy()

@@ -3,6 +3,8 @@
 # that they outlive one device call (10 minutes at most); later calls wait and collect logs.
 #
 #   bash bench/gpu_run.sh start PART MODEL [gpu_product args]   # unpack, start, then wait
+#     RAW_CONFIGS="a.yaml b.yaml": then raw AsyncOmni at 64 under each deploy config
+#     TEST=0: skip the gpu-marked test
 #   bash bench/gpu_run.sh wait                                   # wait, copy logs to $OUT
 #
 # `start` needs the RECIPE's dev_setup.sh and dev_build.sh done first (/tmp/site, MODEL).
@@ -32,12 +34,24 @@ python3 -c 'import scipy.signal' 2>/dev/null || {
 step python3 -m bench.gpu_product --model $MODEL --redis-server /tmp/redis-run $ARGS \
   >> $LOGS/product.log 2>&1
 echo "product rc=$?" >> $LOGS/done
-export NARRATOR_TEST_GPU_MODEL=$MODEL
-step python3 -m pytest -m gpu tests/test_gpu_engine.py -p no:cacheprovider -o addopts="" -v \
-  > $LOGS/test.log 2>&1
-echo "test rc=$?" >> $LOGS/done
+for config in $RAW_CONFIGS; do  # raw AsyncOmni at 64 in flight under other deploy configs
+  name=$(basename "$config" .yaml)
+  step python3 -m bench.gpu_engine --model $MODEL --paths raw --concurrency 64 --frames 250 \
+    --reps 1 --waves 6 --ttfa-reps 5 --deploy-config "$config" --label "raw_$name" \
+    > $LOGS/raw_$name.log 2>&1
+  echo "raw $name rc=$?" >> $LOGS/raws
+done
+if [ "$TEST" = 1 ]; then
+  export NARRATOR_TEST_GPU_MODEL=$MODEL
+  step python3 -m pytest -m gpu tests/test_gpu_engine.py -p no:cacheprovider -o addopts="" -v \
+    > $LOGS/test.log 2>&1
+  echo "test rc=$?" >> $LOGS/done
+else
+  echo "test rc=skipped" >> $LOGS/done
+fi
 JOB
-    MODEL=$MODEL LOGS=$LOGS ARGS="$*" setsid nohup bash /tmp/gpu_run_job.sh > "$LOGS/job.out" \
+    MODEL=$MODEL LOGS=$LOGS ARGS="$*" RAW_CONFIGS="${RAW_CONFIGS:-}" TEST="${TEST:-1}" \
+      setsid nohup bash /tmp/gpu_run_job.sh > "$LOGS/job.out" \
       2>&1 < /dev/null &
     exec bash "$0" wait ;;
   wait)
@@ -46,9 +60,10 @@ JOB
       sleep 10
     done
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
-    cat $LOGS/done 2>/dev/null; tail -40 $LOGS/product.log; tail -5 $LOGS/test.log 2>/dev/null
-    mkdir -p "${OUT:-/tmp/out}"
-    for f in $LOGS/*.log $LOGS/*.json $LOGS/*/*.log /tmp/nrepo/bench/results/gpu_product*.json; do
-      [ -f "$f" ] && cp "$f" "${OUT:-/tmp/out}/$(basename "$(dirname "$f")")-$(basename "$f")"
-    done ;;
+    cat $LOGS/done $LOGS/raws 2>/dev/null; tail -40 $LOGS/product.log
+    tail -5 $LOGS/test.log 2>/dev/null; grep -h "^RESULT" $LOGS/raw_*.log 2>/dev/null
+    mkdir -p "${OUT:-/tmp/out}"  # one archive: the device returns at most 8 files
+    tar -czf "${OUT:-/tmp/out}/gpu_run_logs.tgz" -C / --exclude=tmp/gpo/services \
+      $(cd / && ls -d tmp/gpo tmp/nrepo/bench/results/*.json 2>/dev/null) 2>/dev/null
+    cp $LOGS/product.log "${OUT:-/tmp/out}/" 2>/dev/null || true ;;
 esac

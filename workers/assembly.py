@@ -1,13 +1,18 @@
 """Assemble a job: stream parts in order with planned silences, encode, subtitle, manifest."""
 
+import contextlib
+import functools
 import io
+import itertools
 import json
+import os
 import queue
 import tempfile
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import soundfile as sf
@@ -17,8 +22,12 @@ from core.audio import encode_to as encode_blocks
 from core.keys import job_prefix
 from models import Job, Segment
 from storage import MediaStore
+from workers import fragments
 from workers.engines import Audio
 from workers.timeline import Timeline, chapter_spans, manifest, sentence_cues, subtitles
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def part_bytes(audio: Audio, rate: int) -> bytes:
@@ -56,18 +65,33 @@ def read_part(segment: Segment, store: MediaStore, part_key: Callable[[Segment],
     return np.asarray(audio, dtype=np.float32)
 
 
-def _finished(segments: list[Segment], store: MediaStore, part_key: Callable[[Segment], str],
-              lufs: float, rate: int) -> Iterator[Audio]:
-    """Yield each part once, finished: normalised to `lufs` (0: as is), edges faded.
+def finish(segment: Segment, store: MediaStore, part_key: Callable[[Segment], str],
+           lufs: float, rate: int) -> Audio:
+    """Return one part, finished: normalised to `lufs` (0: as is), edges faded.
 
     Finishing happens here, on the worker that assembles, not on the GPU worker that
     synthesised the part: there, every millisecond of CPU delays the engine's next batch.
     """
-    for segment in segments:
-        audio = read_part(segment, store, part_key)
-        if lufs:
-            audio = loudness_normalize(audio, rate, lufs)
-        yield fade_edges(np.asarray(audio, dtype=np.float32), rate)
+    audio = read_part(segment, store, part_key)
+    if lufs:
+        audio = loudness_normalize(audio, rate, lufs)
+    return fade_edges(np.asarray(audio, dtype=np.float32), rate)
+
+
+def ordered(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Generator[R]:
+    """Yield fn(item) for each item in order, up to 2 × `threads` computed ahead on threads."""
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="assemble") as pool:
+        pending: deque[Future[R]] = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) >= 2 * threads:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:  # the consumer stopped or one failed: drop what has not started
+            for future in pending:
+                future.cancel()
 
 
 class _Feed:
@@ -126,7 +150,7 @@ def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline
                 last = n == len(segments) - 1
                 book.put(audio, encoders)
                 if not last:
-                    book.put(np.zeros(timeline.gap(segment), dtype=np.float32), encoders)
+                    book.put(np.zeros(timeline.after(n), dtype=np.float32), encoders)
                 if chapters:
                     ends_chapter = last or segments[n + 1].chapter != segment.chapter
                     chapters[chapter].put(audio, encoders)
@@ -134,7 +158,7 @@ def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline
                         chapters[chapter].close(encoders[-1])
                         chapter += 1
                     else:
-                        chapters[chapter].put(np.zeros(timeline.gap(segment), np.float32),
+                        chapters[chapter].put(np.zeros(timeline.after(n), np.float32),
                                               encoders)
         finally:  # on an error too: let the encoders finish, so the pool can close
             book.close(encoders[0])
@@ -144,29 +168,88 @@ def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline
             encoder.result()
 
 
+def _encode_mp3(segments: list[Segment], finished: Callable[[Segment], Audio],
+                timeline: Timeline, main: Path, chapter_files: list[Path], threads: int) -> None:
+    """Encode the book and its chapter files as MP3 fragments on threads, then join them.
+
+    A fragment runs from one break of the timeline to the next. Every fragment but the
+    book's last stops `overhead` samples short of the next one (fragments.py says why); a
+    chapter's last fragment is also encoded without the chapter's closing silence, for the
+    chapter file.
+    """
+    rate, short = timeline.rate, fragments.overhead(timeline.rate)
+    cuts = [0, *timeline.breaks, len(segments)]
+
+    def fragment(group: range) -> tuple[bytes, bytes | None]:
+        blocks: list[Audio] = []
+        for n in group:
+            blocks.append(finished(segments[n]))
+            if n != group[-1]:
+                blocks.append(np.zeros(timeline.after(n), np.float32))
+        speech = np.concatenate(blocks)
+        if group[-1] == len(segments) - 1:
+            book = fragments.encode_fragment(speech, rate)
+            return book, book
+        silence = np.zeros(timeline.after(group[-1]) - short, np.float32)
+        book = fragments.encode_fragment(np.concatenate([speech, silence]), rate)
+        ends_chapter = segments[group[-1] + 1].chapter != segments[group[-1]].chapter
+        chapter = fragments.encode_fragment(speech, rate) if chapter_files and ends_chapter \
+            else None
+        return book, chapter
+
+    groups = [range(a, b) for a, b in itertools.pairwise(cuts)]
+    files = iter(chapter_files)
+    chapter_file: fragments.Joiner | None = None
+    with fragments.Joiner(main) as book, contextlib.ExitStack() as stack:
+        encoded = stack.enter_context(contextlib.closing(ordered(fragment, groups, threads)))
+        for whole, closing in encoded:
+            book.add(whole)
+            if not chapter_files:
+                continue
+            if chapter_file is None:
+                chapter_file = stack.enter_context(fragments.Joiner(next(files)))
+            chapter_file.add(closing or whole)
+            if closing is not None:  # the chapter ends here
+                chapter_file.close()
+                chapter_file = None
+
+
 def assemble(job: Job, segments: list[Segment], store: MediaStore, target: MediaStore,
              part_key: Callable[[Segment], str], lufs: float = 0.0,
-             checks: dict[str, Any] | None = None) -> dict[str, Any]:
+             checks: dict[str, Any] | None = None, threads: int = 0) -> dict[str, Any]:
     """Write the job's media to `target`; return the result record (keys, not URLs).
 
     Each part is normalised to `lufs` integrated loudness (0: left as synthesised). Each is
     checked as it is read (PartLost); `checks` are the caller's, recorded in the manifest.
+    Parts are read and finished on `threads` threads (0: one per core); MP3 is encoded on
+    them too, in fragments (fragments.py), other formats by one encoder.
     """
     try:
         with store.open(part_key(segments[0])) as f:
             rate = sf.info(f).samplerate
     except FileNotFoundError:
         raise PartLost(segments[0], "its part is missing from storage") from None
-    timeline = Timeline(segments, rate)
     fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], job_prefix(job.id)
+    threads = threads or os.cpu_count() or 1
+    if fmt == "mp3":
+        frame = fragments.frame_samples(rate)
+        timeline = Timeline(segments, rate, frame, fragments.overhead(rate))
+    else:
+        timeline = Timeline(segments, rate)
     spans = chapter_spans(job, segments, timeline)
     split = len(job.chapters) > 1
     with tempfile.TemporaryDirectory(prefix="narrator-") as tmp:
         main = Path(tmp) / f"audio.{ext}"
         files = [Path(tmp) / f"chapter-{span.number:03d}.{ext}" for span in spans] \
             if split else []
-        _encode(segments, _finished(segments, store, part_key, lufs, rate), timeline, fmt,
-                main, [span.mark(rate) for span in spans], files)
+        finished = functools.partial(finish, store=store, part_key=part_key, lufs=lufs,
+                                     rate=rate)
+        if fmt == "mp3":
+            _encode_mp3(segments, finished, timeline, main, files, threads)
+        else:
+            with contextlib.closing(ordered(finished, segments, threads)) as blocks:
+                _encode(segments, blocks, timeline, fmt, main,
+                        [span.mark(rate) for span in spans], files)
         target.put_file(str(main), f"{base}/audio.{ext}")
         chapters = [span.record(rate) for span in spans]
         for chapter, span, path in zip(chapters, spans, files, strict=False):

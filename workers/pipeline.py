@@ -186,8 +186,11 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
             task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
         )
     with holding(segment_id):  # its heartbeat stays fresh while this worker works on it
+        started = time.monotonic()
         audio, runs, flag = _guarded(engine, request, rate, settings.quality_retries)
+        synthesized = time.monotonic()
         store_for().put(part_key(job_id, index), assembly.part_bytes(audio, engine.sample_rate))
+        written = time.monotonic()
     seconds = len(audio) / engine.sample_rate
     with session_scope() as session:
         finished = session.execute(
@@ -209,7 +212,10 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
             .returning(Job.segments_done, Job.segments_total, Job.status)
         ).one()
     metrics.segments.labels(engine.info.id).inc()
-    log.info("segment.done", seconds=round(seconds, 3))
+    # Where a segment's time went: the engine (queueing in it included), writing the part,
+    # and the bookkeeping after it; bench.gpu_product reads these from the worker's log.
+    log.info("segment.done", seconds=round(seconds, 3), engine_s=round(synthesized - started, 3),
+             write_s=round(written - synthesized, 3), db_s=round(time.monotonic() - written, 3))
     return job_id if done >= total and status == JobStatus.in_progress else None
 
 
@@ -336,7 +342,8 @@ def assemble(job_id: uuid.UUID) -> Assembled:
     try:
         result = assembly.assemble(job, list(segments), store, target,
                                    lambda s: part_key(job_id, s.index), settings.loudness_lufs,
-                                   checks={"text": text_check})
+                                   checks={"text": text_check},
+                                   threads=settings.assembly_threads)
     except assembly.PartLost as lost:
         return _synthesize_again(job, lost, settings.segment_max_attempts)
     with session_scope() as session:

@@ -19,6 +19,8 @@ class WorkerSettings(CoreSettings):
     quality_retries: int = 2  # re-syntheses of a runaway or truncated segment
     normalize_text: bool = True  # numbers, dates, money, abbreviations read as words
     loudness_lufs: float = -16.0  # assembly normalises each part to this; 0 turns it off
+    # Threads one assembly reads, finishes and (MP3) encodes parts on; 0: one per core.
+    assembly_threads: int = 0
     # Liveness: each worker beats every WORKER_HEARTBEAT_SECONDS; one silent for
     # WORKER_DEAD_SECONDS is dead, and the reaper (every REAPER_INTERVAL_SECONDS, in every
     # worker) hands its running segments on, however long segments take.

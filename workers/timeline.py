@@ -31,22 +31,43 @@ def subtitles(cues: list[tuple[float, float, str]], kind: str) -> str:
 
 
 class Timeline:
-    """Sample offsets of each segment in the final audio, from the exact part lengths."""
+    """Sample offsets of each segment in the final audio, from the exact part lengths.
 
-    def __init__(self, segments: list[Segment], rate: int) -> None:
+    With a `quantum` (an encoder's frame), the audio can be cut before a segment whose
+    preceding silence is at least `min_break` samples, and before every chapter: those
+    segments start on the nearest multiple of the quantum (their silence changes by half a
+    quantum at most, and is at least `min_break`), and `breaks` lists them.
+    """
+
+    def __init__(self, segments: list[Segment], rate: int, quantum: int = 1,
+                 min_break: int = 0) -> None:
         self.rate = rate
         self.starts: list[int] = []
+        self.breaks: list[int] = []
+        self.samples = [segment.samples or 0 for segment in segments]
         cursor = 0
         for n, segment in enumerate(segments):
             self.starts.append(cursor)
             cursor += segment.samples or 0
-            if n < len(segments) - 1:
-                cursor += self.gap(segment)
+            if n == len(segments) - 1:
+                break
+            gap = self.gap(segment)
+            if quantum > 1 and (gap >= min_break or segments[n + 1].chapter != segment.chapter):
+                nearest = round((cursor + gap) / quantum) * quantum
+                cursor = max(nearest, -(-(cursor + min_break) // quantum) * quantum)
+                self.breaks.append(n + 1)
+            else:
+                cursor += gap
         self.total = cursor
 
     def gap(self, segment: Segment) -> int:
-        """Return the silence after a segment, in samples."""
+        """Return the silence planned after a segment, in samples."""
         return round(segment.pause_after * self.rate)
+
+    def after(self, n: int) -> int:
+        """Return the silence after the n-th segment in this timeline, in samples."""
+        end = self.starts[n + 1] if n + 1 < len(self.starts) else self.total
+        return end - self.starts[n] - self.samples[n]
 
 
 @dataclass(frozen=True)

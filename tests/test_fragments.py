@@ -1,0 +1,138 @@
+"""MP3 books encoded in fragments on threads and joined: sample-exact, chapters included."""
+
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.audio import decode
+from models import Job, Segment
+from storage import MediaStore
+from workers import assembly, fragments
+
+RATE = 24000
+
+
+def _book(tmp: Path, seed: int, rate: int = RATE) -> tuple[Job, list[Segment], MediaStore,
+                                                             list[int]]:
+    """Parts of random length with one click each at a random place, random silences.
+
+    Some silences are shorter than a fragment's overhead (no cut there) and some are zero.
+    """
+    rng = np.random.default_rng(seed)
+    store = MediaStore(f"file://{tmp}")
+    segments, clicks, chapter = [], [], 0
+    for n in range(int(rng.integers(12, 30))):
+        samples = int(rng.integers(rate // 2, 3 * rate))
+        audio = np.zeros(samples, np.float32)
+        click = int(rng.integers(rate // 10, samples - rate // 10))
+        audio[click] = 0.9
+        clicks.append(click)
+        store.put(f"p/{n}.wav", assembly.part_bytes(audio, rate))
+        pause = float(rng.choice([0.0, 0.01, 0.03, 0.25, 0.6, 1.5]))
+        segments.append(Segment(index=n, chapter=chapter, text="A sentence.", samples=samples,
+                                pause_after=pause, attempts=1))
+        chapter += int(rng.random() < 0.2)
+    job = Job(id=uuid.uuid4(), model="m", voice="v", response_format="mp3", speed=1.0,
+              options={"language": "en"}, input_characters=0,
+              chapters=[{"title": f"C{c}", "input": ""} for c in range(chapter + 1)])
+    return job, segments, store, clicks
+
+
+def _manifest_starts(store: MediaStore, result: dict[str, object], rate: int) -> list[int]:
+    with store.open(str(result["manifest_key"])) as f:
+        return [round(s["start_seconds"] * rate) for s in json.load(f)["segments"]]
+
+
+def _assemble(job: Job, segments: list[Segment], store: MediaStore,
+              threads: int) -> dict[str, object]:
+    return assembly.assemble(job, segments, store, store, lambda s: f"p/{s.index}.wav",
+                             lufs=0.0, threads=threads)
+
+
+def _clicks_at(audio: np.ndarray, expected: list[int]) -> list[int]:
+    """Return each click's distance from where it should be (the peak near it)."""
+    out = []
+    for at in expected:
+        window = np.abs(audio[max(0, at - 400):at + 400])
+        out.append(int(np.argmax(window)) + max(0, at - 400) - at)
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_fragmented_mp3_book_decodes_sample_exact(tmp_path: Path, seed: int) -> None:
+    job, segments, store, clicks = _book(tmp_path, seed)
+    result = _assemble(job, segments, store, threads=4)
+    starts = _manifest_starts(store, result, RATE)
+    with store.open(str(result["key"])) as f:
+        audio, rate = decode(f.read())
+    assert rate == RATE
+    assert len(audio) == round(float(result["duration_seconds"]) * RATE)  # type: ignore[arg-type]
+    offsets = _clicks_at(audio, [s + c for s, c in zip(starts, clicks, strict=True)])
+    assert all(abs(d) <= 1 for d in offsets), offsets
+    # Silence between segments decodes to silence: nothing leaks at the joins.
+    for n, start in enumerate(starts[:-1]):
+        end = start + (segments[n].samples or 0)
+        gap = audio[end + 200:starts[n + 1] - 200]
+        assert not len(gap) or float(np.max(np.abs(gap))) < 0.02
+
+
+def test_chapter_files_hold_their_segments_without_the_closing_silence(tmp_path: Path) -> None:
+    job, segments, store, clicks = _book(tmp_path, 4)
+    assert len(job.chapters) > 1
+    result = _assemble(job, segments, store, threads=3)
+    chapters = result["chapters"]
+    assert isinstance(chapters, list)
+    first, starts = 0, _manifest_starts(store, result, RATE)
+    for number, chapter in enumerate(chapters):
+        with store.open(chapter["key"]) as f:
+            audio, _ = decode(f.read())
+        assert len(audio) == round(chapter["duration_seconds"] * RATE)
+        mine = [n for n, s in enumerate(segments) if s.chapter == number]
+        local = round(chapter["start_seconds"] * RATE)
+        expected = [starts[n] - local + clicks[n] for n in mine]
+        assert all(abs(d) <= 1 for d in _clicks_at(audio, expected))
+        first += len(mine)
+    assert first == len(segments)
+
+
+def test_one_thread_and_many_give_the_same_book(tmp_path: Path) -> None:
+    job, segments, store, _ = _book(tmp_path, 5)
+    one = _assemble(job, segments, store, threads=1)
+    with store.open(str(one["key"])) as f:
+        single = f.read()
+    many = _assemble(job, segments, store, threads=8)
+    with store.open(str(many["key"])) as f:
+        assert f.read() == single
+
+
+def test_assemblies_on_threads_at_once_each_stay_exact(tmp_path: Path) -> None:
+    books = [_book(tmp_path / str(n), 10 + n) for n in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda b: _assemble(b[0], b[1], b[2], threads=2), books))
+    for (_, _, store, _), result in zip(books, results, strict=True):
+        with store.open(str(result["key"])) as f:
+            audio, _ = decode(f.read())
+        assert len(audio) == round(float(result["duration_seconds"]) * RATE)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("rate", [22050, 24000, 44100])
+def test_overhead_is_whole_frames(rate: int) -> None:
+    frame = fragments.frame_samples(rate)
+    assert fragments.overhead(rate) > 0
+    assert fragments.overhead(rate) % frame == 0
+
+
+def test_a_22khz_book_is_exact_too(tmp_path: Path) -> None:
+    job, segments, store, clicks = _book(tmp_path, 6, rate=22050)
+    result = _assemble(job, segments, store, threads=2)
+    with store.open(str(result["key"])) as f:
+        audio, rate = decode(f.read())
+    assert rate == 22050
+    assert len(audio) == round(float(result["duration_seconds"]) * 22050)  # type: ignore[arg-type]
+    starts = _manifest_starts(store, result, 22050)
+    offsets = _clicks_at(audio, [s + c for s, c in zip(starts, clicks, strict=True)])
+    assert all(abs(d) <= 1 for d in offsets), offsets
