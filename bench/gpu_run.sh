@@ -63,7 +63,8 @@ JOB
     cat $LOGS/done $LOGS/raws 2>/dev/null; tail -40 $LOGS/product.log
     tail -5 $LOGS/test.log 2>/dev/null; grep -h "^RESULT" $LOGS/raw_*.log 2>/dev/null
     mkdir -p "${OUT:-/tmp/out}"  # one archive: the device returns at most 8 files
-    tar -czf "${OUT:-/tmp/out}/gpu_run_logs.tgz" -C / --exclude=tmp/gpo/services \
-      $(cd / && ls -d tmp/gpo tmp/nrepo/bench/results/*.json 2>/dev/null) 2>/dev/null
+    (cd / && find tmp/gpo -path tmp/gpo/services -prune -o \( -name '*.log' -o -name '*.json' \) \
+       -size -200M -print; ls tmp/nrepo/bench/results/*.json) 2>/dev/null \
+      | tar -czf "${OUT:-/tmp/out}/gpu_run_logs.tgz" -C / -T -
     cp $LOGS/product.log "${OUT:-/tmp/out}/" 2>/dev/null || true ;;
 esac

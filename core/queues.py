@@ -52,6 +52,6 @@ def split_queues(queues: list[str]) -> tuple[list[str], list[str]]:
 
 
 # Task names: the API and the reaper send tasks by name, never importing them.
-PLAN, PLAN_MANY, SYNTHESIZE, ASSEMBLE, NOTIFY, SPEAK = (
+PLAN, PLAN_MANY, SYNTHESIZE, ASSEMBLE, NOTIFY, SPEAK, ENCODE = (
     "narrator.plan", "narrator.plan_many", "narrator.synthesize", "narrator.assemble",
-    "narrator.notify", "narrator.speak")
+    "narrator.notify", "narrator.speak", "narrator.encode_fragment")

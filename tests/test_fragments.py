@@ -4,13 +4,17 @@ import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import Engine, text
 
 from core.audio import decode
 from models import Job, Segment
+from models.db import session_scope
 from storage import MediaStore
+from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from workers import assembly, fragments
 
 RATE = 24000
@@ -136,3 +140,96 @@ def test_a_22khz_book_is_exact_too(tmp_path: Path) -> None:
     starts = _manifest_starts(store, result, 22050)
     offsets = _clicks_at(audio, [s + c for s, c in zip(starts, clicks, strict=True)])
     assert all(abs(d) <= 1 for d in offsets), offsets
+
+
+BOOK = ["First chapter. It has [pause:1s] two paragraphs.\n\nThe second one is short.",
+        "Second chapter, one sentence. And a second sentence here."]
+
+
+@pytest.fixture
+def mp3_job(pipeline_env: None, db: Engine) -> uuid.UUID:
+    """A queued two-chapter MP3 job, as the API stores it."""
+    job_id = uuid.uuid4()
+    chapters = [{"title": f"Chapter {n + 1}", "input": t} for n, t in enumerate(BOOK)]
+    with db.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO jobs (id, owner, status, model, voice, response_format, speed, options,"
+            " chapters, metadata, input_characters, segments_total, segments_done,"
+            " segments_failed, audio_seconds, created_at, updated_at, chars_done) VALUES"
+            " (:id, '', 'queued', 'piper', 'joe', 'mp3', 1.0, '{}',"
+            " :chapters, '{}', 100, 0, 0, 0, 0, now(), now(), 0)"),
+            {"id": job_id, "chapters": json.dumps(chapters)})
+    return job_id
+
+
+def _count_encodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the first segment index of every group the assembly encodes itself."""
+    calls: list[int] = []
+    real = fragments.encode_group
+
+    def counted(group: Any, *args: Any) -> fragments.Encoded:
+        calls.append(group[0].index)
+        return real(group, *args)
+
+    monkeypatch.setattr(fragments, "encode_group", counted)
+    return calls
+
+
+def test_fragments_encoded_as_segments_finish_are_what_the_assembly_joins(
+        mp3_job: uuid.UUID, monkeypatch: pytest.MonkeyPatch) -> None:
+    from storage import store_for
+    from tests.test_quality import Scripted
+    from workers import pipeline
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("NARRATOR_SEGMENT_CHARS", "30")
+    get_settings.cache_clear()
+    _, ids = pipeline.plan(mp3_job)
+    assert len(ids) >= 4
+    encoded = []
+    for n, segment_id in enumerate(ids):
+        pipeline.synthesize(segment_id, engine=Scripted([1.0 + 0.1 * n]))
+        ready = pipeline.fragment_ready(segment_id)
+        if n < len(ids) - 1:  # every segment ends a fragment with the default silences
+            assert ready == (mp3_job, n)
+        if ready is not None:
+            assert pipeline.encode_fragment(*ready)
+            assert not pipeline.encode_fragment(*ready)  # kept: not encoded twice
+            encoded.append(ready[1])
+    calls = _count_encodes(monkeypatch)
+    assert pipeline.assemble(mp3_job).outcome == "completed"
+    assert calls == []  # every fragment came from the ones kept
+    with session_scope() as session:
+        job = session.get(Job, mp3_job)
+        assert job is not None
+        result = job.result
+    assert result is not None
+    store = store_for()
+    with store.open(result["key"]) as f:
+        audio, rate = decode(f.read())
+    assert len(audio) == round(result["duration_seconds"] * rate)
+    for chapter in result["chapters"]:
+        with store.open(chapter["key"]) as f:
+            audio, _ = decode(f.read())
+        assert len(audio) == round(chapter["duration_seconds"] * rate)
+
+
+def test_a_fragment_of_a_segment_synthesised_again_is_not_reused(
+        mp3_job: uuid.UUID, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.keys import part_key
+    from storage import store_for
+    from tests.test_quality import Scripted
+    from workers import pipeline
+
+    _, ids = pipeline.plan(mp3_job)
+    for segment_id in ids:
+        pipeline.synthesize(segment_id, engine=Scripted([1.0]))
+        if (ready := pipeline.fragment_ready(segment_id)) is not None:
+            pipeline.encode_fragment(*ready)
+    store_for().delete(part_key(mp3_job, 0))  # lost: the assembly sends it back
+    assembled = pipeline.assemble(mp3_job)
+    assert assembled.outcome == "waiting"
+    pipeline.synthesize(assembled.again[0], engine=Scripted([2.5]))
+    calls = _count_encodes(monkeypatch)
+    assert pipeline.assemble(mp3_job).outcome == "completed"
+    assert calls == [0]  # only the new part's fragment is encoded again

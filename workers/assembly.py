@@ -19,7 +19,7 @@ import soundfile as sf
 
 from core.audio import EXTENSIONS, fade_edges, loudness_normalize
 from core.audio import encode_to as encode_blocks
-from core.keys import job_prefix
+from core.keys import job_prefix, parts_prefix
 from models import Job, Segment
 from storage import MediaStore
 from workers import fragments
@@ -168,48 +168,60 @@ def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline
             encoder.result()
 
 
+def kept_fragment(store: MediaStore, key: str) -> fragments.Encoded | None:
+    """Return a group's fragment encoded earlier (workers.pipeline.encode_fragment), if any."""
+    try:
+        with store.open(key) as f:
+            book = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        with store.open(key.replace(".mp3", "-closing.mp3")) as f:
+            return fragments.Encoded(book, f.read())
+    except FileNotFoundError:
+        return fragments.Encoded(book)
+
+
+def keep_fragment(store: MediaStore, key: str, encoded: fragments.Encoded) -> None:
+    """Store a group's fragment for the assembly (its closing variant first: the book's
+    fragment is what says both are there)."""
+    if encoded.closing is not None and encoded.closing is not encoded.book:
+        store.put(key.replace(".mp3", "-closing.mp3"), encoded.closing)
+    store.put(key, encoded.book)
+
+
 def _encode_mp3(segments: list[Segment], finished: Callable[[Segment], Audio],
-                timeline: Timeline, main: Path, chapter_files: list[Path], threads: int) -> None:
-    """Encode the book and its chapter files as MP3 fragments on threads, then join them.
-
-    A fragment runs from one break of the timeline to the next. Every fragment but the
-    book's last stops `overhead` samples short of the next one (fragments.py says why); a
-    chapter's last fragment is also encoded without the chapter's closing silence, for the
-    chapter file.
-    """
-    rate, short = timeline.rate, fragments.overhead(timeline.rate)
+                timeline: Timeline, main: Path, chapter_files: list[Path], threads: int,
+                kept: Callable[[list[Segment], Segment | None], fragments.Encoded | None]
+                ) -> None:
+    """Join the book and its chapter files from MP3 fragments, one per group of segments
+    between two cuts of the timeline: those `kept` from earlier, the rest encoded here on
+    threads (fragments.py says how the joins stay exact)."""
     cuts = [0, *timeline.breaks, len(segments)]
+    groups = [segments[a:b] for a, b in itertools.pairwise(cuts)]
+    after = [segments[b] if b < len(segments) else None for b in cuts[1:]]
 
-    def fragment(group: range) -> tuple[bytes, bytes | None]:
-        blocks: list[Audio] = []
-        for n in group:
-            blocks.append(finished(segments[n]))
-            if n != group[-1]:
-                blocks.append(np.zeros(timeline.after(n), np.float32))
-        speech = np.concatenate(blocks)
-        if group[-1] == len(segments) - 1:
-            book = fragments.encode_fragment(speech, rate)
-            return book, book
-        silence = np.zeros(timeline.after(group[-1]) - short, np.float32)
-        book = fragments.encode_fragment(np.concatenate([speech, silence]), rate)
-        ends_chapter = segments[group[-1] + 1].chapter != segments[group[-1]].chapter
-        chapter = fragments.encode_fragment(speech, rate) if chapter_files and ends_chapter \
-            else None
-        return book, chapter
+    def fragment(n: int) -> fragments.Encoded:
+        following = after[n]
+        closes = following is not None and following.chapter != groups[n][-1].chapter
+        encoded = kept(groups[n], following)
+        if encoded is None or (closes and encoded.closing is None):
+            encoded = fragments.encode_group(groups[n], following, finished, timeline.rate)
+        return encoded
 
-    groups = [range(a, b) for a, b in itertools.pairwise(cuts)]
     files = iter(chapter_files)
     chapter_file: fragments.Joiner | None = None
     with fragments.Joiner(main) as book, contextlib.ExitStack() as stack:
-        encoded = stack.enter_context(contextlib.closing(ordered(fragment, groups, threads)))
-        for whole, closing in encoded:
-            book.add(whole)
+        encoded = stack.enter_context(
+            contextlib.closing(ordered(fragment, range(len(groups)), threads)))
+        for piece in encoded:
+            book.add(piece.book)
             if not chapter_files:
                 continue
             if chapter_file is None:
                 chapter_file = stack.enter_context(fragments.Joiner(next(files)))
-            chapter_file.add(closing or whole)
-            if closing is not None:  # the chapter ends here
+            chapter_file.add(piece.closing or piece.book)
+            if piece.closing is not None:  # the chapter ends here
                 chapter_file.close()
                 chapter_file = None
 
@@ -245,7 +257,10 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         finished = functools.partial(finish, store=store, part_key=part_key, lufs=lufs,
                                      rate=rate)
         if fmt == "mp3":
-            _encode_mp3(segments, finished, timeline, main, files, threads)
+            prefix = parts_prefix(job.id)
+            _encode_mp3(segments, finished, timeline, main, files, threads,
+                        lambda group, following: kept_fragment(store, fragments.group_key(
+                            prefix, group, following, lufs, rate)))
         else:
             with contextlib.closing(ordered(finished, segments, threads)) as blocks:
                 _encode(segments, blocks, timeline, fmt, main,

@@ -13,7 +13,10 @@ it), and its input stops `overhead` samples short of the next fragment: the prim
 flush of each join land inside the silence between two segments, where they belong.
 """
 
+import hashlib
 import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from core.audio import Audio, encode
+from models import Segment
+from workers.timeline import frame_span, gap_samples
 
 if TYPE_CHECKING:  # GPU workers import this module for nothing and carry no ffmpeg
     import av
@@ -50,6 +55,49 @@ def overhead(rate: int) -> int:
 def encode_fragment(audio: Audio, rate: int) -> bytes:
     """Encode one fragment as a standalone MP3."""
     return encode(audio, rate, "mp3")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A fragment's MP3 for the book and, if it closes a chapter, for the chapter file."""
+
+    book: bytes
+    closing: bytes | None = None
+
+
+def encode_group(group: Sequence[Segment], following: Segment | None,
+                 finished: Callable[[Segment], Audio], rate: int) -> Encoded:
+    """Encode the segments between two cuts (and their silences) as one fragment.
+
+    Depends on nothing outside the group but the segment after it (None: the book's last):
+    so it can be encoded as soon as its own parts exist, before the rest of the book.
+    """
+    blocks: list[Audio] = []
+    for n, segment in enumerate(group):
+        blocks.append(finished(segment))
+        if n < len(group) - 1:
+            blocks.append(np.zeros(gap_samples(segment, rate), np.float32))
+    speech = np.concatenate(blocks)
+    if following is None:
+        book = encode_fragment(speech, rate)
+        return Encoded(book, book)
+    short = overhead(rate)
+    span = frame_span(len(speech), gap_samples(group[-1], rate), frame_samples(rate), short)
+    book = encode_fragment(np.concatenate([speech, np.zeros(span - len(speech) - short,
+                                                            np.float32)]), rate)
+    closes = following.chapter != group[-1].chapter
+    return Encoded(book, encode_fragment(speech, rate) if closes else None)
+
+
+def group_key(prefix: str, group: Sequence[Segment], following: Segment | None,
+              lufs: float, rate: int) -> str:
+    """Return where a group's encoded fragment is kept: named for everything it depends on
+    (a segment synthesised again has another attempt count and length, so another name)."""
+    facts: list[tuple[object, ...]] = [(str(s.id), s.attempts, s.samples, s.pause_after,
+                                         s.chapter) for s in group]
+    facts.append((following.chapter if following else None, lufs, rate))
+    digest = hashlib.sha256(repr(facts).encode()).hexdigest()[:16]
+    return f"{prefix}/fragments/{group[0].index:06d}-{digest}.mp3"
 
 
 class Joiner:

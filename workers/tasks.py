@@ -28,7 +28,9 @@ from core.backoff import backoff
 from core.catalog import catalog
 from core.queues import (
     ASSEMBLE,
+    ASSEMBLY,
     BATCH,
+    ENCODE,
     NOTIFY,
     PLAN,
     PLAN_MANY,
@@ -269,6 +271,19 @@ def assembly_queue() -> str:
         return BATCH
 
 
+_seen_assembler: tuple[float, bool] = (0.0, False)  # one tuple: replaced whole, thread-safe
+
+
+def assembler_live() -> bool:
+    """Return whether a worker takes the ASSEMBLY queue (asked at most every 2 s)."""
+    global _seen_assembler
+    at, live = _seen_assembler
+    if time.monotonic() - at > 2.0:
+        live = assembly_queue() == ASSEMBLY
+        _seen_assembler = (time.monotonic(), live)
+    return live
+
+
 def _enqueue(task: str, item_id: str, model: str, countdown: float) -> None:
     """Send a task by name to the queue it belongs on (the reaper's re-enqueue)."""
     queue = model_queues(model)[1] if task == SYNTHESIZE else \
@@ -320,6 +335,20 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         return
     if job_id is not None:
         assemble.apply_async((str(job_id),), queue=assembly_queue())
+    elif assembler_live() and (ready := pipeline.fragment_ready(uuid.UUID(segment_id))):
+        # Its MP3 fragment can be encoded now, on a CPU worker, while the rest is synthesised:
+        # what is left after the last segment is then a join, not the whole book's encode.
+        encode_fragment.apply_async((str(ready[0]), ready[1]), queue=ASSEMBLY)
+
+
+@celery_app.task(name=ENCODE)
+def encode_fragment(job_id: str, first: int) -> None:
+    """Encode one MP3 fragment ahead of the assembly; any failure leaves it to the assembly."""
+    structlog.contextvars.bind_contextvars(job_id=job_id)
+    try:
+        pipeline.encode_fragment(uuid.UUID(job_id), first)
+    except Exception:
+        log.warning("fragment.failed", job_id=job_id, first=first, exc_info=True)
 
 
 @celery_app.task(name=ASSEMBLE, bind=True)

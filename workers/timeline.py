@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
+from typing import Any, Protocol
 
 from core.ids import job_id
 from core.text import sentences
@@ -30,39 +30,70 @@ def subtitles(cues: list[tuple[float, float, str]], kind: str) -> str:
     return head + "\n".join(blocks)
 
 
+# Where an encoder that works in frames may cut the audio: after a silence at least this long
+# (rate-independent, so the cut points are known from the plan alone), and between chapters.
+CUT_SECONDS = 0.1
+
+
+class Placed(Protocol):
+    """What decides a cut: a segment's chapter and the silence planned after it."""
+
+    chapter: int
+    pause_after: float
+
+
+def cuts_after(segment: Placed, following: Placed | None) -> bool:
+    """Return whether the audio may be cut between `segment` and the one `following` it."""
+    return following is not None and (segment.pause_after >= CUT_SECONDS
+                                      or following.chapter != segment.chapter)
+
+
+def gap_samples(segment: Placed, rate: int) -> int:
+    """Return the silence planned after a segment, in samples at `rate`."""
+    return round(segment.pause_after * rate)
+
+
+def frame_span(content: int, gap: int, quantum: int, min_gap: int) -> int:
+    """Return the samples from a cut to the next: `content` plus the silence after it.
+
+    The silence is the planned `gap` changed by half a quantum at most, so that the span is a
+    whole number of quanta, and never shorter than `min_gap`.
+    """
+    nearest = round((content + gap) / quantum) * quantum
+    return max(nearest, -(-(content + min_gap) // quantum) * quantum)
+
+
 class Timeline:
     """Sample offsets of each segment in the final audio, from the exact part lengths.
 
-    With a `quantum` (an encoder's frame), the audio can be cut before a segment whose
-    preceding silence is at least `min_break` samples, and before every chapter: those
-    segments start on the nearest multiple of the quantum (their silence changes by half a
-    quantum at most, and is at least `min_break`), and `breaks` lists them.
+    With a `quantum` (an encoder's frame), the audio is cut where `cuts_after` allows: each
+    cut falls on a multiple of the quantum (`frame_span`), and `breaks` lists the segments
+    that start after one. Between cuts, silences are exactly as planned.
     """
 
     def __init__(self, segments: list[Segment], rate: int, quantum: int = 1,
-                 min_break: int = 0) -> None:
+                 min_gap: int = 0) -> None:
         self.rate = rate
         self.starts: list[int] = []
         self.breaks: list[int] = []
         self.samples = [segment.samples or 0 for segment in segments]
-        cursor = 0
+        cursor = cut = 0
         for n, segment in enumerate(segments):
             self.starts.append(cursor)
-            cursor += segment.samples or 0
-            if n == len(segments) - 1:
+            cursor += self.samples[n]
+            following = segments[n + 1] if n + 1 < len(segments) else None
+            if following is None:
                 break
-            gap = self.gap(segment)
-            if quantum > 1 and (gap >= min_break or segments[n + 1].chapter != segment.chapter):
-                nearest = round((cursor + gap) / quantum) * quantum
-                cursor = max(nearest, -(-(cursor + min_break) // quantum) * quantum)
+            if quantum > 1 and cuts_after(segment, following):
+                cursor = cut = cut + frame_span(cursor - cut, self.gap(segment), quantum, min_gap)
                 self.breaks.append(n + 1)
             else:
-                cursor += gap
+                cursor += self.gap(segment)
         self.total = cursor
 
-    def gap(self, segment: Segment) -> int:
+    def gap(self, segment: Placed) -> int:
         """Return the silence planned after a segment, in samples."""
-        return round(segment.pause_after * self.rate)
+        return gap_samples(segment, self.rate)
 
     def after(self, n: int) -> int:
         """Return the silence after the n-th segment in this timeline, in samples."""
