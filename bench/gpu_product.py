@@ -301,17 +301,30 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
     return result
 
 
-def raw_rate(args: argparse.Namespace, in_flight: int) -> float | None:
-    """Run raw AsyncOmni in bench.gpu_engine (its own process) and return audio-s per s."""
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.gpu_engine", "--model", args.model, "--paths", "raw",
-         "--concurrency", str(in_flight), "--frames", str(args.frames), "--reps", "1",
-         "--waves", str(max(1, args.jobs * args.segments // in_flight)), "--ttfa-reps", "0"],
-        capture_output=True, text=True, timeout=args.start_timeout + 600, cwd=ROOT)
-    for line in done.stdout.splitlines():
+def raw_rate(args: argparse.Namespace, in_flight: int, folder: Path) -> float | None:
+    """Run raw AsyncOmni in bench.gpu_engine (its own process) and return audio-s per s.
+
+    Its output goes to a file, not a pipe, and its process group is killed after it: the
+    engine's stage processes can outlive it holding a pipe open (seen on the device: the
+    bench waited on them for minutes after the raw run had finished).
+    """
+    log = folder / "raw.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench.gpu_engine", "--model", args.model, "--paths", "raw",
+             "--concurrency", str(in_flight), "--frames", str(args.frames), "--reps", "1",
+             "--waves", str(max(1, args.jobs * args.segments // in_flight)),
+             "--ttfa-reps", "0"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+            start_new_session=True)
+        try:
+            process.wait(timeout=args.start_timeout + 600)
+        except subprocess.TimeoutExpired:
+            print("raw run timed out", file=sys.stderr)
+        stop(process)
+    for line in log.read_text().splitlines():
         if line.startswith("RESULT ") and '"tag": "raw"' in line:
             return float(json.loads(line[7:])["audio_s_per_wall_s"])
-    print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
+    print(log.read_text()[-2000:], file=sys.stderr)
     return None
 
 
@@ -344,7 +357,7 @@ def main() -> None:
     results = {mode: run_mode(mode, args, folder, busy) for mode in args.modes}
     busy.stop()
     in_flight = int(os.environ.get("NARRATOR_VLLM_MAX_IN_FLIGHT", "64"))
-    raw = raw_rate(args, in_flight) if args.raw and not args.double else None
+    raw = raw_rate(args, in_flight, folder) if args.raw and not args.double else None
     rows = []
     for mode, r in results.items():
         sustained = r["sustained"]["rate"]
