@@ -181,3 +181,25 @@ def embedded(folder: Path) -> Iterator[tuple[str, Process]]:
         yield url, process
     finally:
         process.stop()
+
+
+def insert_job(db: Any, texts: list[str], fmt: str = "wav",
+               options: dict[str, Any] | None = None) -> Any:
+    """Insert a queued job of `texts` (one chapter each) as the API stores it; return its id."""
+    import json
+    import uuid
+
+    from sqlalchemy import text
+
+    job_id = uuid.uuid4()
+    chapters = [{"title": f"Chapter {n + 1}", "input": t} for n, t in enumerate(texts)]
+    with db.begin() as connection:
+        connection.execute(text(
+            "INSERT INTO jobs (id, owner, status, model, voice, response_format, speed, options,"
+            " chapters, metadata, input_characters, segments_total, segments_done,"
+            " segments_failed, audio_seconds, created_at, updated_at, chars_done) VALUES"
+            " (:id, '', 'queued', 'piper', 'joe', :fmt, 1.0, :options,"
+            " :chapters, '{}', 100, 0, 0, 0, 0, now(), now(), 0)"),
+            {"id": job_id, "fmt": fmt, "options": json.dumps(options or {}),
+             "chapters": json.dumps(chapters)})
+    return job_id

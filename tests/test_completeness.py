@@ -15,6 +15,7 @@ from sqlalchemy import Engine, text
 from core.keys import part_key
 from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
+from tests.support import insert_job
 from tests.test_quality import Scripted
 
 BOOK = ["First chapter. It has [pause:1s] two paragraphs.\n\nThe second one is short.",
@@ -50,17 +51,7 @@ def test_a_cut_plan_is_refused_with_the_chapter_and_place(cut: str) -> None:
 @pytest.fixture
 def job(pipeline_env: None, db: Engine) -> uuid.UUID:
     """A queued job of BOOK, as the API stores it."""
-    job_id = uuid.uuid4()
-    chapters = [{"title": f"Chapter {n + 1}", "input": t} for n, t in enumerate(BOOK)]
-    with db.begin() as connection:
-        connection.execute(text(
-            "INSERT INTO jobs (id, owner, status, model, voice, response_format, speed, options,"
-            " chapters, metadata, input_characters, segments_total, segments_done,"
-            " segments_failed, audio_seconds, created_at, updated_at, chars_done) VALUES"
-            " (:id, '', 'queued', 'piper', 'joe', 'wav', 1.0, '{\"subtitles\": [\"srt\"]}',"
-            " :chapters, '{}', 100, 0, 0, 0, 0, now(), now(), 0)"),
-            {"id": job_id, "chapters": json.dumps(chapters)})
-    return job_id
+    return uuid.UUID(str(insert_job(db, BOOK, "wav", {"subtitles": ["srt"]})))
 
 
 def _job(db: Engine, job_id: uuid.UUID) -> tuple[str, dict[str, str] | None, object, int]:

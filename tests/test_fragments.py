@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from core.audio import decode
 from models import Job, Segment
 from models.db import session_scope
 from storage import MediaStore
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
+from tests.support import insert_job
 from workers import assembly, fragments
 
 RATE = 24000
@@ -149,17 +150,7 @@ BOOK = ["First chapter. It has [pause:1s] two paragraphs.\n\nThe second one is s
 @pytest.fixture
 def mp3_job(pipeline_env: None, db: Engine) -> uuid.UUID:
     """A queued two-chapter MP3 job, as the API stores it."""
-    job_id = uuid.uuid4()
-    chapters = [{"title": f"Chapter {n + 1}", "input": t} for n, t in enumerate(BOOK)]
-    with db.begin() as connection:
-        connection.execute(text(
-            "INSERT INTO jobs (id, owner, status, model, voice, response_format, speed, options,"
-            " chapters, metadata, input_characters, segments_total, segments_done,"
-            " segments_failed, audio_seconds, created_at, updated_at, chars_done) VALUES"
-            " (:id, '', 'queued', 'piper', 'joe', 'mp3', 1.0, '{}',"
-            " :chapters, '{}', 100, 0, 0, 0, 0, now(), now(), 0)"),
-            {"id": job_id, "chapters": json.dumps(chapters)})
-    return job_id
+    return uuid.UUID(str(insert_job(db, BOOK, "mp3")))
 
 
 def _count_encodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -366,3 +366,24 @@ def test_m4b_is_refused_for_sync_speech(local_stack: Stack) -> None:
         response = http.post("/v1/audio/speech", json={"input": "Hi.", "response_format": "m4b"})
     assert response.status_code == 400
     assert error_of(response)["param"] == "response_format"
+
+
+def test_mp3_fragments_are_encoded_by_the_worker_while_the_job_runs(local_stack: Stack) -> None:
+    """A real worker (Piper, which also takes the assembly queue) encodes each finished
+    segment's fragment as its own task; the assembly then only joins them."""
+    text = " ".join(f"Sentence number {n} of a job long enough for several segments."
+                    for n in range(40))
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json={"input": text}).json()["id"])
+        assert job["status"] == "completed"
+        manifest = http.get(job["result"]["manifest_url"]).json()
+        audio = http.get(job["result"]["url"]).content
+    decoded, rate = decode(audio)
+    assert len(decoded) == round(job["result"]["duration_seconds"] * rate)
+    events = [json.loads(line) for line in local_stack.worker.log.read_text().splitlines()
+              if '"fragment.encoded"' in line]
+    internal = str(uuid.UUID(job["id"].removeprefix("job_")))
+    mine = {e["first"] for e in events if e.get("job_id") == internal}
+    segments = len(manifest["segments"])
+    assert segments >= 3
+    assert len(mine) >= segments - 1  # every fragment but (perhaps) the last, ahead of time
