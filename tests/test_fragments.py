@@ -170,7 +170,7 @@ def test_fragments_encoded_as_segments_finish_are_what_the_assembly_joins(
         mp3_job: uuid.UUID, monkeypatch: pytest.MonkeyPatch) -> None:
     from storage import store_for
     from tests.test_quality import Scripted
-    from workers import pipeline
+    from workers import pipeline, progressive
     from workers.settings import get_settings
 
     monkeypatch.setenv("NARRATOR_SEGMENT_CHARS", "30")
@@ -180,12 +180,12 @@ def test_fragments_encoded_as_segments_finish_are_what_the_assembly_joins(
     encoded = []
     for n, segment_id in enumerate(ids):
         pipeline.synthesize(segment_id, engine=Scripted([1.0 + 0.1 * n]))
-        ready = pipeline.fragment_ready(segment_id)
+        ready = progressive.fragment_ready(segment_id)
         if n < len(ids) - 1:  # every segment ends a fragment with the default silences
             assert ready == (mp3_job, n)
         if ready is not None:
-            assert pipeline.encode_fragment(*ready)
-            assert not pipeline.encode_fragment(*ready)  # kept: not encoded twice
+            assert progressive.encode_fragment(*ready)
+            assert not progressive.encode_fragment(*ready)  # kept: not encoded twice
             encoded.append(ready[1])
     calls = _count_encodes(monkeypatch)
     assert pipeline.assemble(mp3_job).outcome == "completed"
@@ -210,13 +210,13 @@ def test_a_fragment_of_a_segment_synthesised_again_is_not_reused(
     from core.keys import part_key
     from storage import store_for
     from tests.test_quality import Scripted
-    from workers import pipeline
+    from workers import pipeline, progressive
 
     _, ids = pipeline.plan(mp3_job)
     for segment_id in ids:
         pipeline.synthesize(segment_id, engine=Scripted([1.0]))
-        if (ready := pipeline.fragment_ready(segment_id)) is not None:
-            pipeline.encode_fragment(*ready)
+        if (ready := progressive.fragment_ready(segment_id)) is not None:
+            progressive.encode_fragment(*ready)
     store_for().delete(part_key(mp3_job, 0))  # lost: the assembly sends it back
     assembled = pipeline.assemble(mp3_job)
     assert assembled.outcome == "waiting"

@@ -78,6 +78,13 @@ def finish(segment: Segment, store: MediaStore, part_key: Callable[[Segment], st
     return fade_edges(np.asarray(audio, dtype=np.float32), rate)
 
 
+def _cores() -> int:
+    """Return the cores this process may run on (its affinity, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def ordered(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Generator[R]:
     """Yield fn(item) for each item in order, up to 2 × `threads` computed ahead on threads."""
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="assemble") as pool:
@@ -242,7 +249,7 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     except FileNotFoundError:
         raise PartLost(segments[0], "its part is missing from storage") from None
     fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], job_prefix(job.id)
-    threads = threads or os.cpu_count() or 1
+    threads = threads or _cores()
     if fmt == "mp3":
         frame = fragments.frame_samples(rate)
         timeline = Timeline(segments, rate, frame, fragments.overhead(rate))

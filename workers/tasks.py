@@ -41,7 +41,7 @@ from core.queues import (
 )
 from core.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
 from storage import STORAGE_ERRORS
-from workers import pipeline, reaper, recycle, speech, webhooks
+from workers import pipeline, progressive, reaper, recycle, speech, webhooks
 from workers.app import celery_app
 from workers.engine import get_engine, loaded_engine
 from workers.engines import Engine, SpeechRequest
@@ -335,7 +335,7 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         return
     if job_id is not None:
         assemble.apply_async((str(job_id),), queue=assembly_queue())
-    elif assembler_live() and (ready := pipeline.fragment_ready(uuid.UUID(segment_id))):
+    elif assembler_live() and (ready := progressive.fragment_ready(uuid.UUID(segment_id))):
         # Its MP3 fragment can be encoded now, on a CPU worker, while the rest is synthesised:
         # what is left after the last segment is then a join, not the whole book's encode.
         encode_fragment.apply_async((str(ready[0]), ready[1]), queue=ASSEMBLY)
@@ -346,7 +346,7 @@ def encode_fragment(job_id: str, first: int) -> None:
     """Encode one MP3 fragment ahead of the assembly; any failure leaves it to the assembly."""
     structlog.contextvars.bind_contextvars(job_id=job_id)
     try:
-        pipeline.encode_fragment(uuid.UUID(job_id), first)
+        progressive.encode_fragment(uuid.UUID(job_id), first)
     except Exception:
         log.warning("fragment.failed", job_id=job_id, first=first, exc_info=True)
 

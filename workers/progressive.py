@@ -1,0 +1,103 @@
+"""Progressive assembly: each MP3 fragment encoded as soon as its segments are done.
+
+A GPU worker that finishes a segment asks `fragment_ready`; if the segment completed a
+fragment (workers/fragments.py), a CPU worker runs `encode_fragment` from the assembly
+queue while the GPU goes on with the rest of the book. The assembly joins what was kept and
+encodes the rest, so this is only ever a head start.
+"""
+
+import uuid
+
+import soundfile as sf
+import structlog
+from sqlalchemy import select
+from sqlalchemy.orm import defer
+
+from core.keys import part_key, parts_prefix
+from models import Job, JobStatus, Segment, SegmentStatus
+from models.db import session_scope
+from storage import store_for
+from workers import assembly, fragments
+from workers.engines import Audio
+from workers.settings import get_settings
+from workers.timeline import cuts_after
+
+log = structlog.get_logger()
+
+# How far around a finished segment to look for the cuts that bound its MP3 fragment. With
+# the default silences every segment is a fragment of its own; a longer run without a cut is
+# left to the assembly.
+FRAGMENT_WINDOW = 32
+
+
+def fragment_ready(segment_id: uuid.UUID) -> tuple[uuid.UUID, int] | None:
+    """Return (job, first index) of the MP3 fragment whose last missing part this segment
+    was, so that a CPU worker can encode it while the rest of the book is synthesised."""
+    with session_scope() as session:
+        found = session.execute(
+            select(Segment.job_id, Segment.index, Job.segments_total)
+            .join(Job, Job.id == Segment.job_id)
+            .where(Segment.id == segment_id, Job.response_format == "mp3",
+                   Job.status == JobStatus.in_progress)).first()
+        if found is None:
+            return None
+        job_id, index, total = found
+        rows = session.execute(
+            select(Segment.index, Segment.chapter, Segment.pause_after, Segment.status)
+            .where(Segment.job_id == job_id,
+                   Segment.index.between(index - FRAGMENT_WINDOW, index + FRAGMENT_WINDOW))
+            .order_by(Segment.index)).all()
+    at = {n: Segment(chapter=chapter, pause_after=pause) for n, chapter, pause, _ in rows}
+    done = {n for n, _, _, status in rows if status == SegmentStatus.done}
+    first = index
+    while first > 0 and not cuts_after(at[first - 1], at[first]):
+        first -= 1
+        if first - 1 not in at and first > 0:
+            return None  # no cut inside the window
+    last = index
+    while last < total - 1 and not cuts_after(at[last], at[last + 1]):
+        last += 1
+        if last + 1 not in at and last < total - 1:
+            return None
+    if any(n not in done for n in range(first, last + 1)):
+        return None
+    return job_id, first
+
+
+def encode_fragment(job_id: uuid.UUID, first: int) -> bool:
+    """Encode and keep the MP3 fragment that starts at segment `first`; True if it did.
+
+    Idempotent, and only a head start: the assembly encodes whatever fragment is missing.
+    """
+    settings = get_settings()
+    with session_scope() as session:
+        job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
+        if job is None or job.status != JobStatus.in_progress or job.response_format != "mp3":
+            return False
+        rows = list(session.scalars(
+            select(Segment).where(Segment.job_id == job_id,
+                                  Segment.index.between(first, first + FRAGMENT_WINDOW + 1))
+            .order_by(Segment.index)).all())
+        session.expunge_all()
+    group = rows[:1]
+    while len(group) < len(rows) and not cuts_after(group[-1], rows[len(group)]):
+        group.append(rows[len(group)])
+    following = rows[len(group)] if len(group) < len(rows) else None
+    if not group or group[0].index != first or len(group) > FRAGMENT_WINDOW \
+            or (following is None and group[-1].index != job.segments_total - 1) \
+            or any(s.status != SegmentStatus.done for s in group):
+        return False
+    store = store_for()
+    with store.open(part_key(job_id, first)) as f:
+        rate = sf.info(f).samplerate
+    key = fragments.group_key(parts_prefix(job_id), group, following, settings.loudness_lufs, rate)
+    if assembly.kept_fragment(store, key) is not None:
+        return False
+
+    def finished(segment: Segment) -> Audio:
+        return assembly.finish(segment, store, lambda s: part_key(job_id, s.index),
+                               settings.loudness_lufs, rate)
+
+    assembly.keep_fragment(store, key, fragments.encode_group(group, following, finished, rate))
+    log.info("fragment.encoded", job_id=str(job_id), first=first, segments=len(group))
+    return True
