@@ -1,10 +1,11 @@
 """MP3 books from fragments encoded in parallel and joined without re-encoding.
 
-One LAME stream runs on one core, so a whole book encoded as one stream takes minutes after
-its last segment (an hour of audio: 28 s here). Instead the book is cut at its silences into
-fragments, each encoded on its own thread, and their frames are joined into one file by
-ffmpeg's MP3 muxer (PyAV), which writes one Xing/LAME header: the first fragment's encoder
-delay and the last one's padding, so decoders trim exactly those.
+One LAME stream runs on one core, so a whole book encoded as one stream after its last
+segment took minutes (an hour of audio: 28 s on 2 cores). Instead the book is cut at its
+silences into fragments, each encoded on its own (on a CPU worker as soon as its segments are
+done, workers/progressive.py, or on the assembly's threads), and their frames are joined into
+one file by ffmpeg's MP3 muxer (PyAV), which writes one Xing/LAME header: the first fragment's
+encoder delay and the last one's padding, so decoders trim exactly those.
 
 The joins are sample-exact. A fragment of N input samples, N a whole number of MP3 frames,
 decodes to N + `overhead` samples (the encoder's priming and flush frames). Every fragment
