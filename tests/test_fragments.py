@@ -224,3 +224,33 @@ def test_a_fragment_of_a_segment_synthesised_again_is_not_reused(
     calls = _count_encodes(monkeypatch)
     assert pipeline.assemble(mp3_job).outcome == "completed"
     assert calls == [0]  # only the new part's fragment is encoded again
+
+
+def test_a_kept_fragment_cut_short_is_encoded_again(
+        mp3_job: uuid.UUID, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As one still being written by a fragment task when the assembly reads it would be."""
+    from storage import store_for
+    from tests.test_quality import Scripted
+    from workers import pipeline, progressive
+
+    _, ids = pipeline.plan(mp3_job)
+    for segment_id in ids:
+        pipeline.synthesize(segment_id, engine=Scripted([1.5]))
+        if (ready := progressive.fragment_ready(segment_id)) is not None:
+            progressive.encode_fragment(*ready)
+    store = store_for()
+    kept = sorted(p for p in store.fs.find(store.path(f"jobs/{mp3_job}/parts/fragments"))
+                  if not p.endswith("-closing.mp3"))
+    data = store.fs.cat_file(kept[1])
+    store.fs.pipe_file(kept[1], data[: len(data) // 2])
+    calls = _count_encodes(monkeypatch)
+    assert pipeline.assemble(mp3_job).outcome == "completed"
+    assert calls == [1]
+    with session_scope() as session:
+        job = session.get(Job, mp3_job)
+        assert job is not None
+        assert job.result is not None
+        result = job.result
+    with store.open(result["key"]) as f:
+        audio, rate = decode(f.read())
+    assert len(audio) == round(result["duration_seconds"] * rate)

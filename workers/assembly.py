@@ -208,12 +208,25 @@ def _encode_mp3(segments: list[Segment], finished: Callable[[Segment], Audio],
     groups = [segments[a:b] for a, b in itertools.pairwise(cuts)]
     after = [segments[b] if b < len(segments) else None for b in cuts[1:]]
 
+    def whole(encoded: fragments.Encoded, n: int) -> bool:
+        """Whether a kept fragment holds every frame it should (one still being written by
+        a fragment task, or cut short, does not): its span, and the chapter's speech."""
+        first, rate = cuts[n], timeline.rate
+        end = cuts[n + 1]
+        speech = timeline.starts[end - 1] + timeline.samples[end - 1] - timeline.starts[first]
+        span = (timeline.starts[end] if end < len(segments) else timeline.total) \
+            - timeline.starts[first]
+        book = span - fragments.overhead(rate) if end < len(segments) else span
+        if fragments.frames_in(encoded.book) != fragments.frames_for(book, rate):
+            return False
+        closes = end < len(segments) and segments[end].chapter != segments[end - 1].chapter
+        return not closes or (encoded.closing is not None and fragments.frames_in(
+            encoded.closing) == fragments.frames_for(speech, rate))
+
     def fragment(n: int) -> fragments.Encoded:
-        following = after[n]
-        closes = following is not None and following.chapter != groups[n][-1].chapter
-        encoded = kept(groups[n], following)
-        if encoded is None or (closes and encoded.closing is None):
-            encoded = fragments.encode_group(groups[n], following, finished, timeline.rate)
+        encoded = kept(groups[n], after[n])
+        if encoded is None or not whole(encoded, n):
+            encoded = fragments.encode_group(groups[n], after[n], finished, timeline.rate)
         return encoded
 
     files = iter(chapter_files)

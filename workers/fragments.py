@@ -43,14 +43,23 @@ def overhead(rate: int) -> int:
 
     Measured once per rate on the encoder itself rather than assumed: it is LAME's choice.
     """
+    frame = frame_samples(rate)
+    return frames_in(encode(np.zeros(frame, np.float32), rate, "mp3")) * frame - frame
+
+
+def frames_for(samples: int, rate: int) -> int:
+    """Return the MP3 frames a fragment of `samples` input samples encodes to."""
+    frame = frame_samples(rate)
+    return -(-samples // frame) + overhead(rate) // frame
+
+
+def frames_in(data: bytes) -> int:
+    """Return the audio frames an MP3 holds (a truncated file holds fewer)."""
     import av
 
-    frame = frame_samples(rate)
-    data = encode(np.zeros(frame, np.float32), rate, "mp3")
     with av.open(io.BytesIO(data), mode="r") as source:
         stream = source.streams.audio[0]
-        frames = sum(1 for packet in source.demux(stream) if packet.size)
-    return frames * frame - frame
+        return sum(1 for packet in source.demux(stream) if packet.size)
 
 
 def encode_fragment(audio: Audio, rate: int) -> bytes:
