@@ -205,18 +205,26 @@ def test_fragments_encoded_as_segments_finish_are_what_the_assembly_joins(
         assert len(audio) == round(chapter["duration_seconds"] * rate)
 
 
+def _synthesize_ahead(job_id: uuid.UUID, seconds: float) -> None:
+    """Synthesise every segment, encoding each fragment as its segments finish."""
+    from tests.test_quality import Scripted
+    from workers import pipeline, progressive
+
+    _, ids = pipeline.plan(job_id)
+    for segment_id in ids:
+        pipeline.synthesize(segment_id, engine=Scripted([seconds]))
+        if (ready := progressive.fragment_ready(segment_id)) is not None:
+            progressive.encode_fragment(*ready)
+
+
 def test_a_fragment_of_a_segment_synthesised_again_is_not_reused(
         mp3_job: uuid.UUID, monkeypatch: pytest.MonkeyPatch) -> None:
     from core.keys import part_key
     from storage import store_for
     from tests.test_quality import Scripted
-    from workers import pipeline, progressive
+    from workers import pipeline
 
-    _, ids = pipeline.plan(mp3_job)
-    for segment_id in ids:
-        pipeline.synthesize(segment_id, engine=Scripted([1.0]))
-        if (ready := progressive.fragment_ready(segment_id)) is not None:
-            progressive.encode_fragment(*ready)
+    _synthesize_ahead(mp3_job, 1.0)
     store_for().delete(part_key(mp3_job, 0))  # lost: the assembly sends it back
     assembled = pipeline.assemble(mp3_job)
     assert assembled.outcome == "waiting"
@@ -230,14 +238,9 @@ def test_a_kept_fragment_cut_short_is_encoded_again(
         mp3_job: uuid.UUID, monkeypatch: pytest.MonkeyPatch) -> None:
     """As one still being written by a fragment task when the assembly reads it would be."""
     from storage import store_for
-    from tests.test_quality import Scripted
-    from workers import pipeline, progressive
+    from workers import pipeline
 
-    _, ids = pipeline.plan(mp3_job)
-    for segment_id in ids:
-        pipeline.synthesize(segment_id, engine=Scripted([1.5]))
-        if (ready := progressive.fragment_ready(segment_id)) is not None:
-            progressive.encode_fragment(*ready)
+    _synthesize_ahead(mp3_job, 1.5)
     store = store_for()
     kept = sorted(p for p in store.fs.find(store.path(f"jobs/{mp3_job}/parts/fragments"))
                   if not p.endswith("-closing.mp3"))
