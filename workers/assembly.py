@@ -176,7 +176,7 @@ def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline
 
 
 def kept_fragment(store: MediaStore, key: str) -> fragments.Encoded | None:
-    """Return a group's fragment encoded earlier (workers.pipeline.encode_fragment), if any."""
+    """Return a group's fragment encoded earlier (workers.progressive.encode_fragment), if any."""
     try:
         with store.open(key) as f:
             book = f.read()
