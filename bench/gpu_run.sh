@@ -37,7 +37,7 @@ echo "product rc=$?" >> $LOGS/done
 for config in $RAW_CONFIGS; do  # raw AsyncOmni at 64 in flight under other deploy configs
   name=$(basename "$config" .yaml)
   step python3 -m bench.gpu_engine --model $MODEL --paths raw --concurrency 64 --frames 250 \
-    --reps 1 --waves 6 --ttfa-reps 5 --deploy-config "$config" --label "raw_$name" \
+    --reps 1 --waves 6 --ttfa-reps 5 --ttfa-load 64 --deploy-config "$config" --label "raw_$name" \
     > $LOGS/raw_$name.log 2>&1
   echo "raw $name rc=$?" >> $LOGS/raws
 done
