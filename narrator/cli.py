@@ -145,15 +145,18 @@ def worker(
         help="comma-separated queues (default: realtime.<model>, batch.<model>, batch, and "
              "assembly on CPU engines); "
              "realtime.* ones get the worker's realtime lane")] = "",
-    pool: Annotated[str, typer.Option(help="solo for Piper, threads for vLLM-Omni")] = "",
+    pool: Annotated[str, typer.Option(
+        help="default: solo for Piper, threads for vLLM-Omni and for a worker with no model "
+             "queue")] = "",
     concurrency: int = 0,
     loglevel: str = "INFO",
     banner: Annotated[bool, typer.Option(help="print Celery's start-up banner")] = True,
 ) -> None:
     """Run a Celery worker on the configured engine."""
     from core.catalog import catalog
-    from core.queues import split_queues, worker_queues
+    from core.queues import BATCH, REALTIME, split_queues, worker_queues
     from workers.app import celery_app
+    from workers.assembly import cores
     from workers.settings import get_settings
 
     settings = get_settings()
@@ -165,13 +168,17 @@ def worker(
     # Realtime queues go to the worker's realtime lane (workers.realtime), the rest to
     # Celery's pool, so batch work never holds the threads sync speech needs.
     pooled, _ = split_queues(queues.split(","))
-    pool = pool or ("solo" if settings.engine == "piper" else "threads")
+    # A worker with no model queue (--queues assembly) runs no engine: its tasks are CPU work
+    # (MP3 fragments, assemblies) on a thread per core, whatever NARRATOR_ENGINE says.
+    synthesizes = any(q.startswith((f"{REALTIME}.", f"{BATCH}.")) for q in queues.split(","))
+    pool = pool or ("solo" if settings.engine == "piper" and synthesizes else "threads")
     argv = [*([] if banner else ["--quiet"]), "worker", "-Q", ",".join(pooled), "--pool", pool,
             "-l", loglevel,
             "--without-mingle", "--without-gossip", "--without-heartbeat"]
     if not concurrency and pool == "threads":
         # Every in-flight segment shares the GPU; the extra threads write finished parts.
-        concurrency = settings.worker_threads or settings.vllm_max_in_flight * 3 // 2
+        concurrency = settings.worker_threads or (
+            settings.vllm_max_in_flight * 3 // 2 if synthesizes else cores())
     if concurrency:
         argv += ["-c", str(concurrency)]
     celery_app.worker_main(argv)

@@ -1,7 +1,10 @@
-"""The client commands `narrator say` and `narrator submit` against a running API."""
+"""The client commands `narrator say` and `narrator submit` against a running API, and the
+worker command's pool."""
 
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.support import Stack, audio_stats, narrator
 
@@ -56,3 +59,37 @@ def test_retry_of_a_job_that_did_not_fail_says_why(local_stack: Stack, tmp_path:
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert "error 409: only a failed job can be retried; this one is completed" in done.stderr
+
+
+def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str) -> list[str]:
+    """Return the Celery argv `narrator worker` builds for `engine` and `queues`."""
+    from narrator import cli
+    from workers.app import celery_app
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("NARRATOR_ENGINE", engine)
+    monkeypatch.setenv("NARRATOR_WORKER_QUEUES", "")  # the command sets it: restored after
+    get_settings.cache_clear()
+    argv: list[str] = []
+    monkeypatch.setattr(celery_app, "worker_main", argv.extend)
+    try:
+        cli.worker(queues=queues, pool="", concurrency=0, loglevel="INFO", banner=True)
+    finally:
+        get_settings.cache_clear()
+    return argv
+
+
+def test_a_worker_with_no_model_queue_runs_a_thread_per_core(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.assembly import cores
+
+    # Piper's default worker runs one task at a time (its engine is one ONNX session).
+    piper = _worker_argv(monkeypatch, "piper", "")
+    assert piper[piper.index("--pool") + 1] == "solo"
+    assert "-c" not in piper
+    # An assembly worker runs no engine: CPU work on a thread per core, whatever the engine.
+    for engine in ("piper", "vllm-omni"):
+        argv = _worker_argv(monkeypatch, engine, "assembly")
+        assert argv[argv.index("-Q") + 1] == "assembly"
+        assert argv[argv.index("--pool") + 1] == "threads"
+        assert argv[argv.index("-c") + 1] == str(cores())

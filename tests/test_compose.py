@@ -22,7 +22,7 @@ def test_every_production_service_is_there(compose: dict[str, Any]) -> None:
 
 def test_narrator_services_share_one_configuration(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    for name in ("migrate", "api", "worker-cpu", "worker-gpu"):
+    for name in ("migrate", "api", "worker-cpu", "worker-gpu", "worker-assembly"):
         env = services[name]["environment"]
         assert env["NARRATOR_DATABASE_URL"].startswith("postgresql://"), name
         assert "@postgres:5432/" in env["NARRATOR_DATABASE_URL"], name
@@ -48,6 +48,10 @@ def test_api_and_workers_run_the_right_commands(compose: dict[str, Any]) -> None
     assert "8000:8000" in services["api"]["ports"]
     assert services["worker-cpu"]["command"][:1] == ["worker"]
     assert services["worker-cpu"]["environment"]["NARRATOR_ENGINE"] == "piper"
+    # Beside GPU workers, an assembly worker: no model queue, so no engine and a threads pool.
+    assembler = services["worker-assembly"]
+    assert assembler["command"] == ["worker", "--queues", "assembly"]
+    assert assembler["profiles"] == ["gpu"]
 
 
 def test_gpu_worker_reserves_a_gpu_and_mounts_models_and_caches(

@@ -78,7 +78,7 @@ def finish(segment: Segment, store: MediaStore, part_key: Callable[[Segment], st
     return fade_edges(np.asarray(audio, dtype=np.float32), rate)
 
 
-def _cores() -> int:
+def cores() -> int:
     """Return the cores this process may run on (its affinity, where the OS has one)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -262,7 +262,7 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     except FileNotFoundError:
         raise PartLost(segments[0], "its part is missing from storage") from None
     fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], job_prefix(job.id)
-    threads = threads or _cores()
+    threads = threads or cores()
     if fmt == "mp3":
         frame = fragments.frame_samples(rate)
         timeline = Timeline(segments, rate, frame, fragments.overhead(rate))

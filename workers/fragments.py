@@ -3,9 +3,9 @@
 One LAME stream runs on one core, so a whole book encoded as one stream after its last
 segment took minutes (an hour of audio: 28 s on 2 cores). Instead the book is cut at its
 silences into fragments, each encoded on its own (on a CPU worker as soon as its segments are
-done, workers/progressive.py, or on the assembly's threads), and their frames are joined into
-one file by ffmpeg's MP3 muxer (PyAV), which writes one Xing/LAME header: the first fragment's
-encoder delay and the last one's padding, so decoders trim exactly those.
+done, workers/progressive.py, or on the assembly's threads), and their audio frames are
+copied into one file behind one Xing/LAME tag (core.mp3): the first fragment's encoder delay
+and the last one's padding, so decoders trim exactly those.
 
 The joins are sample-exact. A fragment of N input samples, N a whole number of MP3 frames,
 decodes to N + `overhead` samples (the encoder's priming and flush frames). Every fragment
@@ -15,21 +15,18 @@ flush of each join land inside the silence between two segments, where they belo
 """
 
 import hashlib
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import BinaryIO
 
 import numpy as np
 
+from core import mp3
 from core.audio import Audio, encode
 from models import Segment
 from workers.timeline import frame_span, gap_samples
-
-if TYPE_CHECKING:  # GPU workers import this module for nothing and carry no ffmpeg
-    import av
 
 
 def frame_samples(rate: int) -> int:
@@ -54,12 +51,13 @@ def frames_for(samples: int, rate: int) -> int:
 
 
 def frames_in(data: bytes) -> int:
-    """Return the audio frames an MP3 holds (a truncated file holds fewer)."""
-    import av
-
-    with av.open(io.BytesIO(data), mode="r") as source:
-        stream = source.streams.audio[0]
-        return sum(1 for packet in source.demux(stream) if packet.size)
+    """Return the audio frames a whole LAME file holds, from its tag; 0 if it is not whole
+    (cut short, still being written, or no LAME file at all)."""
+    try:
+        tag = mp3.read_tag(data)
+    except ValueError:
+        return 0
+    return tag.frames if tag.size == len(data) else 0
 
 
 def encode_fragment(audio: Audio, rate: int) -> bytes:
@@ -111,70 +109,28 @@ def group_key(prefix: str, group: Sequence[Segment], following: Segment | None,
 
 
 class Joiner:
-    """One MP3 file written from fragments' frames, in the order they are added."""
+    """One MP3 file written from fragments, in the order they are added (core.mp3.Joiner)."""
 
     def __init__(self, sink: Path) -> None:
-        import av
-
-        self._out: av.container.OutputContainer | None = av.open(str(sink), mode="w",
-                                                                 format="mp3")
-        self._target: av.audio.stream.AudioStream | None = None
-        self._offset = 0
+        self._file: BinaryIO | None = open(sink, "wb")  # noqa: SIM115 (closed by close())
+        self._joiner = mp3.Joiner(self._file)
 
     def add(self, data: bytes) -> None:
-        """Append one fragment's frames, its timestamps shifted to follow the last one's."""
-        import av
-
-        assert self._out is not None, "closed"
-        with av.open(io.BytesIO(data), mode="r") as source:
-            stream = source.streams.audio[0]
-            if self._target is None:
-                self._target = self._out.add_stream_from_template(stream)
-            base, end, trim, held = None, self._offset, 0, None
-            for packet in source.demux(stream):
-                if packet.dts is None or packet.pts is None:  # the demuxer's flush packet
-                    continue
-                base = packet.pts if base is None else base
-                packet.pts += self._offset - base
-                packet.dts += self._offset - base
-                end = max(end, packet.pts + (packet.duration or 0))
-                packet.stream = self._target
-                trim += _end_trim(packet)
-                if held is not None:
-                    self._out.mux(held)
-                held = packet
-            if held is not None:
-                # The demuxer spreads a padding longer than one frame over the last packets;
-                # the muxer reads only the last one's: give it all.
-                _set_end_trim(held, trim)
-                self._out.mux(held)
-            self._offset = end
+        """Append one fragment's audio frames."""
+        assert self._file is not None, "closed"
+        self._joiner.add(data)
 
     def close(self) -> None:
-        """Write the header with the whole file's frame count, delay and padding (once)."""
-        if self._out is not None:
-            self._out.close()
-            self._out = None
+        """Write the tag for the whole file, then close it (once)."""
+        if self._file is not None:
+            try:
+                self._joiner.close()
+            finally:
+                self._file.close()
+                self._file = None
 
     def __enter__(self) -> "Joiner":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _end_trim(packet: "av.Packet[Any]") -> int:
-    """Return the samples the demuxer says to drop from the end of this packet."""
-    for side in packet.iter_sidedata():
-        if side.data_type == "skip_samples":
-            return int.from_bytes(bytes(side)[4:8], "little")
-    return 0
-
-
-def _set_end_trim(packet: "av.Packet[Any]", samples: int) -> None:
-    for side in packet.iter_sidedata():
-        if side.data_type == "skip_samples":
-            data = bytearray(bytes(side))
-            data[4:8] = samples.to_bytes(4, "little")
-            side.update(bytes(data))
-            packet.set_sidedata(side)
