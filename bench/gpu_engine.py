@@ -393,7 +393,8 @@ def main() -> None:
         print(f"TTFA streamed, idle: median {statistics.median(ttfa_idle) * 1000:.0f} ms"
               + (f"; with {args.ttfa_load} batch requests running: median "
                  f"{statistics.median(ttfa_load) * 1000:.0f} ms" if ttfa_load else ""))
-    result |= {"ttfa_idle_ms": ttfa_idle, "ttfa_load_ms": ttfa_load}
+    result |= {"ttfa_idle_ms": [round(t * 1000, 1) for t in ttfa_idle],
+               "ttfa_load_ms": [round(t * 1000, 1) for t in ttfa_load], "ttfa_load": args.ttfa_load}
     out = Path(os.environ.get("OUT", Path(__file__).parent / "results"))
     out.mkdir(parents=True, exist_ok=True)
     (out / f"gpu_engine_{args.label}.json").write_text(json.dumps(result, indent=1))
