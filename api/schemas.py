@@ -2,11 +2,11 @@
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 Format = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 JobFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "m4b"]  # m4b: chapter marks
-Subtitle = Literal["srt", "vtt"]
+Subtitle = Literal["srt", "vtt", "words"]  # words: JSON word times (English, aligned)
 
 
 class VoiceRef(BaseModel):
@@ -71,3 +71,10 @@ class JobBody(SpeechFields):
     webhook_url: Annotated[StrictStr, Field(max_length=2048)] | None = None
     subtitles: list[Subtitle] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _words_in_english(self) -> "JobBody":
+        if "words" in self.subtitles and (self.language or "en")[:2].lower() != "en":
+            raise ValueError("subtitles 'words' come from forced alignment, which covers "
+                             "English only; leave 'words' out for this language")
+        return self

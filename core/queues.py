@@ -52,6 +52,6 @@ def split_queues(queues: list[str]) -> tuple[list[str], list[str]]:
 
 
 # Task names: the API and the reaper send tasks by name, never importing them.
-PLAN, PLAN_MANY, SYNTHESIZE, ASSEMBLE, NOTIFY, SPEAK, ENCODE = (
+PLAN, PLAN_MANY, SYNTHESIZE, ASSEMBLE, NOTIFY, SPEAK, ENCODE, ALIGN = (
     "narrator.plan", "narrator.plan_many", "narrator.synthesize", "narrator.assemble",
-    "narrator.notify", "narrator.speak", "narrator.encode_fragment")
+    "narrator.notify", "narrator.speak", "narrator.encode_fragment", "narrator.align_segment")

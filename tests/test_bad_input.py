@@ -76,10 +76,12 @@ def test_sync_text_over_the_limit_points_at_jobs(local_stack: Stack, db: Engine)
     {"chapters": []},
     {"chapters": [{"title": "x", "input": "  "}]},
     {"input": "Hello.", "subtitles": ["ass"]},
+    {"input": "Bonjour.", "language": "fr", "subtitles": ["srt", "words"]},
     {"input": "Hello.", "output_url": "s3://elsewhere/prefix"},
     {"input": "x" * 2_000_001},
 ], ids=["input and chapters", "no chapters", "blank chapter", "bad subtitle kind",
-        "output_url not allowed", "over the job limit"])
+        "word times in a language not aligned", "output_url not allowed",
+        "over the job limit"])
 def test_bad_job_bodies_are_400_and_create_nothing(local_stack: Stack, db: Engine,
                                                    body: dict[str, Any]) -> None:
     jobs = count_jobs(db)

@@ -1,4 +1,5 @@
-"""A book-like job end to end: Markdown chapters delivered to S3 with subtitles and a webhook."""
+"""A book-like job end to end: Markdown chapters delivered to S3 with subtitles (cues from
+aligned words) and a webhook."""
 
 import itertools
 import json
@@ -7,6 +8,7 @@ import uuid
 
 import boto3
 import httpx
+import pytest
 
 from tests.support import Stack, audio_stats, wait_for, wait_job
 from tests.test_webhooks import Receiver, verify
@@ -38,7 +40,7 @@ def test_markdown_book_to_s3_with_subtitles_and_a_signed_webhook(s3_stack: Stack
         with s3_stack.client() as http:
             created = http.post("/v1/audio/jobs", json={
                 "input": BOOK, "input_format": "markdown", "response_format": "mp3",
-                "subtitles": ["srt", "vtt"], "webhook_url": receiver.url,
+                "subtitles": ["srt", "vtt", "words"], "webhook_url": receiver.url,
                 "output_url": f"s3://{s3['bucket']}/deliveries/books"})
             assert created.status_code == 202, created.text
             job = wait_job(http, created.json()["id"])
@@ -62,16 +64,34 @@ def test_markdown_book_to_s3_with_subtitles_and_a_signed_webhook(s3_stack: Stack
         times = _cue_times(subtitles)
         assert all(start < end for start, end in times)
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(times))
-        assert abs(times[-1][1] - duration) < 0.05  # the last cue ends with the audio
+        # Cues come from aligned words: the last ends with the last word, before the audio.
+        assert duration - 1.0 < times[-1][1] <= duration
     # one cue per sentence, written as in the book (the engine heard "Doctor", "1921" in words)
     assert "Dr. Marsh climbed the 112 steps at 6:45 p.m. on March 3, 1921." in srt
     assert "The lamp was cold." in srt
     assert len(_cue_times(srt)) == 7
+    manifest = httpx.get(result["manifest_url"]).json()
+    assert manifest["timing"] == {"aligned": len(manifest["segments"]), "estimated": 0}
+    # Word times in the book's time: every word the engine spoke, in order, each inside its
+    # segment's span, the last ending before the audio does.
+    track = httpx.get(result["subtitles"]["words"]).json()
+    assert track["estimated_segments"] == []
+    words = track["words"]
+    spans = {s["index"]: (s["start_seconds"], s["start_seconds"] + s["duration_seconds"])
+             for s in manifest["segments"]}
+    assert all(spans[w["segment"]][0] - 1e-3 <= w["start"] < w["end"]  # times in ms
+               <= spans[w["segment"]][1] + 1e-3 for w in words)
+    assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(words))
+    assert words[-1]["end"] <= duration
+    assert [w["word"] for w in words[:4]] == ["doctor", "marsh", "climbed", "the"]
+    # Cues start with their sentence's first word.
+    assert times[0][0] == pytest.approx(words[0]["start"], abs=2e-3)
 
     client = boto3.client("s3", endpoint_url=s3["endpoint"], aws_access_key_id=s3["key"],
                           aws_secret_access_key=s3["secret"], region_name="us-east-1")
     prefix = f"deliveries/books/jobs/{uuid.UUID(hex=job['id'].removeprefix('job_'))}/"
     listed = client.list_objects_v2(Bucket=s3["bucket"], Prefix=prefix)
     keys = {obj["Key"].removeprefix(prefix) for obj in listed["Contents"]}
-    assert keys == {"audio.mp3", "subtitles.srt", "subtitles.vtt", "manifest.json",
+    assert keys == {"audio.mp3", "subtitles.srt", "subtitles.vtt", "subtitles.words.json",
+                    "manifest.json",
                     "chapters/000.mp3", "chapters/001.mp3"}  # and no parts left behind

@@ -24,7 +24,15 @@ from models import Job, Segment
 from storage import MediaStore
 from workers import fragments
 from workers.engines import Audio
-from workers.timeline import Timeline, chapter_spans, manifest, sentence_cues, subtitles
+from workers.timeline import (
+    Timeline,
+    Words,
+    chapter_spans,
+    manifest,
+    sentence_cues,
+    subtitles,
+    word_track,
+)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -248,13 +256,15 @@ def _encode_mp3(segments: list[Segment], finished: Callable[[Segment], Audio],
 
 def assemble(job: Job, segments: list[Segment], store: MediaStore, target: MediaStore,
              part_key: Callable[[Segment], str], lufs: float = 0.0,
-             checks: dict[str, Any] | None = None, threads: int = 0) -> dict[str, Any]:
+             checks: dict[str, Any] | None = None, threads: int = 0,
+             words: Words | None = None, normalized: bool = True) -> dict[str, Any]:
     """Write the job's media to `target`; return the result record (keys, not URLs).
 
     Each part is normalised to `lufs` integrated loudness (0: left as synthesised). Each is
     checked as it is read (PartLost); `checks` are the caller's, recorded in the manifest.
     Parts are read and finished on `threads` threads (0: one per core); MP3 is encoded on
-    them too, in fragments (fragments.py), other formats by one encoder.
+    them too, in fragments (fragments.py), other formats by one encoder. Subtitle cues come
+    from `words` where a segment has them (timeline.sentence_cues), else are estimated.
     """
     try:
         with store.open(part_key(segments[0])) as f:
@@ -291,13 +301,20 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
             chapter["key"] = f"{base}/chapters/{span.number:03d}.{ext}"
             target.put_file(str(path), chapter["key"])
         size = main.stat().st_size
-    cues = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2])
+    cues, timing = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2],
+                                 words, normalized)
     subtitle_keys = {}
     for kind in job.options.get("subtitles") or []:
+        if kind == "words":
+            subtitle_keys[kind] = f"{base}/subtitles.words.json"
+            target.put(subtitle_keys[kind], json.dumps(
+                word_track(segments, timeline, words, timing)).encode())
+            continue
         subtitle_keys[kind] = f"{base}/subtitles.{kind}"
         target.put(subtitle_keys[kind], subtitles(cues, kind).encode())
     target.put(f"{base}/manifest.json",
-               json.dumps(manifest(job, segments, timeline, chapters, checks), indent=1).encode())
+               json.dumps(manifest(job, segments, timeline, chapters, checks,
+                                   timing if subtitle_keys else None), indent=1).encode())
     return {"store": job.output_url, "sample_rate": rate,
             "duration_seconds": timeline.total / rate, "key": f"{base}/audio.{ext}",
             "bytes": size, "chapters": chapters, "subtitles": subtitle_keys,

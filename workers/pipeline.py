@@ -25,7 +25,7 @@ from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
 from models.transitions import transition
 from storage import store_for
-from workers import assembly, quality
+from workers import alignment, assembly, quality
 from workers.engine import get_engine
 from workers.engines import Audio, Engine, SpeechRequest
 from workers.liveness import holding
@@ -343,7 +343,10 @@ def assemble(job_id: uuid.UUID) -> Assembled:
         result = assembly.assemble(job, list(segments), store, target,
                                    lambda s: part_key(job_id, s.index), settings.loudness_lufs,
                                    checks={"text": text_check},
-                                   threads=settings.assembly_threads)
+                                   threads=settings.assembly_threads,
+                                   words=alignment.kept_words(store, job_id)
+                                   if alignment.wanted(job) else None,
+                                   normalized=settings.normalize_text)
     except assembly.PartLost as lost:
         return _synthesize_again(job, lost, settings.segment_max_attempts)
     with session_scope() as session:

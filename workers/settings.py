@@ -21,6 +21,9 @@ class WorkerSettings(CoreSettings):
     loudness_lufs: float = -16.0  # assembly normalises each part to this; 0 turns it off
     # Threads one assembly reads, finishes and (MP3) encodes parts on; 0: one per core.
     assembly_threads: int = 0
+    # Subtitle cues from word times: jobs that ask for subtitles (English) have each finished
+    # segment force-aligned on a CPU worker (PocketSphinx); false: cues are estimated.
+    align_words: bool = True
     # Liveness: each worker beats every WORKER_HEARTBEAT_SECONDS; one silent for
     # WORKER_DEAD_SECONDS is dead, and the reaper (every REAPER_INTERVAL_SECONDS, in every
     # worker) hands its running segments on, however long segments take.

@@ -27,6 +27,7 @@ from core import metrics, outbound, queues
 from core.backoff import backoff
 from core.catalog import catalog
 from core.queues import (
+    ALIGN,
     ASSEMBLE,
     ASSEMBLY,
     BATCH,
@@ -41,7 +42,7 @@ from core.queues import (
 )
 from core.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
 from storage import STORAGE_ERRORS
-from workers import pipeline, progressive, reaper, recycle, speech, webhooks
+from workers import alignment, pipeline, progressive, reaper, recycle, speech, webhooks
 from workers.app import celery_app
 from workers.engine import get_engine, loaded_engine
 from workers.engines import Engine, SpeechRequest
@@ -333,6 +334,10 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         if job is not None:
             notify.apply_async((str(job),), queue=BATCH)  # the job failed: tell its owner
         return
+    if assembler_live() and alignment.wanted_for(uuid.UUID(segment_id)):
+        # Word times for its subtitles, on a CPU worker: sent before the assembly, which
+        # uses what is kept by then (the estimate for the rest, marked in the manifest).
+        align_segment.apply_async((segment_id,), queue=ASSEMBLY)
     if job_id is not None:
         assemble.apply_async((str(job_id),), queue=assembly_queue())
     elif assembler_live() and (ready := progressive.fragment_ready(uuid.UUID(segment_id))):
@@ -349,6 +354,16 @@ def encode_fragment(job_id: str, first: int) -> None:
         progressive.encode_fragment(uuid.UUID(job_id), first)
     except Exception:
         log.warning("fragment.failed", job_id=job_id, first=first, exc_info=True)
+
+
+@celery_app.task(name=ALIGN)
+def align_segment(segment_id: str) -> None:
+    """Keep a done segment's word times for its job's subtitles; a failure leaves the
+    assembly's estimate for that segment (marked so in the manifest)."""
+    try:
+        alignment.align_segment(uuid.UUID(segment_id))
+    except Exception:
+        log.warning("segment.align_failed", segment_id=segment_id, exc_info=True)
 
 
 @celery_app.task(name=ASSEMBLE, bind=True)

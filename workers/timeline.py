@@ -1,12 +1,17 @@
 """Where everything sits in a job's audio: segment offsets, chapter spans, cues, manifest."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any, Protocol
 
 from core.ids import job_id
+from core.normalize import spoken
 from core.text import sentences
 from models import Job, Segment
+from workers.aligners import Word, words_of
+
+Words = Callable[[Segment], "list[Word] | None"]  # a segment's aligned words, if kept
 
 
 def timestamp(seconds: float, sep: str) -> str:
@@ -131,18 +136,31 @@ def chapter_spans(job: Job, segments: list[Segment], timeline: Timeline) -> list
     return spans
 
 
-def sentence_cues(segments: list[Segment], timeline: Timeline,
-                  language: str) -> list[tuple[float, float, str]]:
-    """One cue per sentence: (start s, end s, text).
+def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
+                  words: Words | None = None, normalized: bool = True
+                  ) -> tuple[list[tuple[float, float, str]], list[str]]:
+    """One cue per sentence, (start s, end s, text), and each segment's timing.
 
-    Each segment's span is exact, from the sample counts of its part. Inside a segment, which
-    the engine spoke in one go, the span is shared among its sentences by their length in
-    letters and digits, an estimate; the segment's last cue ends exactly where its audio ends.
+    Each segment's span is exact, from the sample counts of its part. Inside a segment, a
+    sentence runs from its first word's start to its last word's end where `words` has the
+    segment's aligned words ("aligned"); written sentences map to spoken words by counting
+    the words of each one's spoken form (`normalized`: as core.normalize.spoken reads it), so
+    cues show "3:45 p.m." where the aligner heard "three forty-five p m". Otherwise
+    ("estimated"), the span is shared among the sentences by their letters and digits, and
+    the segment's last cue ends exactly where its audio ends.
     """
-    cues = []
+    cues, timing = [], []
     for n, segment in enumerate(segments):
         start, samples = timeline.starts[n], segment.samples or 0
         parts = sentences(segment.text, language) or [segment.text]
+        placed = words(segment) if words is not None else None
+        spans = _word_spans(parts, placed, language, normalized) if placed else None
+        if spans is not None:
+            timing.append("aligned")
+            cues += [((start + a) / timeline.rate, (start + b) / timeline.rate, part)
+                     for part, (a, b) in zip(parts, spans, strict=True)]
+            continue
+        timing.append("estimated")
         weights = [max(1, sum(ch.isalnum() for ch in part)) for part in parts]
         total, done = sum(weights), 0
         for part, weight in zip(parts, weights, strict=True):
@@ -150,14 +168,45 @@ def sentence_cues(segments: list[Segment], timeline: Timeline,
             done += weight
             cues.append((begin / timeline.rate, (start + samples * done // total) / timeline.rate,
                          part))
-    return cues
+    return cues, timing
+
+
+def word_track(segments: list[Segment], timeline: Timeline, words: Words | None,
+               timing: list[str]) -> dict[str, Any]:
+    """The `words` subtitles: every aligned word in the book's time (seconds), segment by
+    segment; segments whose cues are estimated have no words, and are listed."""
+    rate, out = timeline.rate, []
+    for n, segment in enumerate(segments):
+        placed = words(segment) if words is not None and timing[n] == "aligned" else None
+        out += [{"word": w.word, "start": round((timeline.starts[n] + w.start) / rate, 3),
+                 "end": round((timeline.starts[n] + w.end) / rate, 3), "segment": segment.index}
+                | ({"estimated": True} if w.estimated else {}) for w in placed or []]
+    return {"words": out, "estimated_segments": [
+        s.index for s, kind in zip(segments, timing, strict=True) if kind == "estimated"]}
+
+
+def _word_spans(parts: list[str], placed: "list[Word]", language: str,
+                normalized: bool) -> list[tuple[int, int]] | None:
+    """Each written sentence's span in its segment, from its words; None if they disagree."""
+    counts = [len(words_of(spoken(part, language) if normalized else part)) for part in parts]
+    if 0 in counts or sum(counts) != len(placed):
+        return None
+    spans, at = [], 0
+    for count in counts:
+        spans.append((placed[at].start, placed[at + count - 1].end))
+        at += count
+    return spans
 
 
 def manifest(job: Job, segments: list[Segment], timeline: Timeline,
-             chapters: list[dict[str, Any]], checks: dict[str, Any] | None) -> dict[str, Any]:
-    """Return the manifest: settings, usage, chapters, checks, and one entry per segment."""
+             chapters: list[dict[str, Any]], checks: dict[str, Any] | None,
+             timing: list[str] | None = None) -> dict[str, Any]:
+    """Return the manifest: settings, usage, chapters, checks, and one entry per segment
+    (with its cues' `timing`, aligned or estimated, where the job has subtitles)."""
     rate = timeline.rate
-    return {
+    summary = {"timing": {kind: timing.count(kind) for kind in ("aligned", "estimated")}} \
+        if timing is not None else {}
+    return summary | {
         "id": job_id(job.id), "model": job.model, "voice": job.voice,
         "response_format": job.response_format, "speed": job.speed, "options": job.options,
         "sample_rate": rate,
@@ -172,6 +221,7 @@ def manifest(job: Job, segments: list[Segment], timeline: Timeline,
              "start_seconds": timeline.starts[n] / rate,
              "duration_seconds": (s.samples or 0) / rate, "attempts": s.attempts}
             | ({"quality": s.quality} if s.quality else {})
+            | ({"timing": timing[n]} if timing is not None else {})
             for n, s in enumerate(segments)
         ],
     }

@@ -33,8 +33,10 @@ from models.transitions import atransition
 
 router = APIRouter()
 log = structlog.get_logger()
-Variant = Literal["audio", "subtitles_srt", "subtitles_vtt", "manifest", "chapter"]
-MEDIA_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json"}
+Variant = Literal["audio", "subtitles_srt", "subtitles_vtt", "subtitles_words", "manifest",
+                  "chapter"]
+MEDIA_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json",
+               "words": "application/json"}
 
 
 def _api_base(request: Request, state: State) -> str:

@@ -1,0 +1,98 @@
+"""Word timings for finished segments: forced alignment on CPU workers, kept beside the parts.
+
+When a segment of a job that asked for subtitles is done, `narrator.align_segment` goes to
+the CPU workers' `assembly` queue (never the GPU worker: PocketSphinx holds the GIL while it
+decodes, which would stall the engine's output loop). The words it finds are kept in
+`parts/{n}.words.json`, named for the part's attempt and length, so the words of a part
+synthesised again are never used. The assembly builds subtitle cues from them
+(workers.timeline.sentence_cues); a segment without words keeps the estimate, and the
+manifest says which.
+"""
+
+import json
+import uuid
+from collections.abc import Callable
+
+import soundfile as sf
+import structlog
+from sqlalchemy import select
+from sqlalchemy.orm import defer
+
+from core.keys import part_key, parts_prefix
+from core.normalize import spoken
+from models import Job, JobStatus, Segment, SegmentStatus
+from models.db import session_scope
+from storage import MediaStore, store_for
+from workers import assembly
+from workers.aligners import Aligner, Word
+from workers.aligners.sphinx import SphinxAligner
+from workers.settings import get_settings
+
+log = structlog.get_logger()
+
+_ALIGNER = SphinxAligner()  # one per process: it loads its model once and serves one at a time
+LANGUAGES = ("en",)  # what the CPU aligner's acoustic model and dictionary cover
+
+
+def wanted(job: Job) -> bool:
+    """Whether a job's segments are aligned: it asked for subtitles, in a language we align."""
+    language = (job.options.get("language") or "en")[:2]
+    return bool(job.options.get("subtitles")) and language in LANGUAGES \
+        and get_settings().align_words
+
+
+def wanted_for(segment_id: uuid.UUID) -> bool:
+    """Whether the job of a segment has its segments aligned (one query)."""
+    if not get_settings().align_words:
+        return False
+    with session_scope() as session:
+        options = session.scalar(select(Job.options).join(Segment, Segment.job_id == Job.id)
+                                 .where(Segment.id == segment_id))
+    language = ((options or {}).get("language") or "en")[:2]
+    return bool((options or {}).get("subtitles")) and language in LANGUAGES
+
+
+def words_key(job_id: uuid.UUID, segment: Segment) -> str:
+    """Where a segment's words are kept: for this attempt and length of its part only."""
+    return f"{parts_prefix(job_id)}/{segment.index:06d}-{segment.attempts}-{segment.samples}" \
+        ".words.json"
+
+
+def align_segment(segment_id: uuid.UUID, aligner: Aligner | None = None) -> bool:
+    """Align one done segment's part with the text it speaks; keep the words. True if kept."""
+    settings = get_settings()
+    with session_scope() as session:
+        segment = session.get(Segment, segment_id)
+        if segment is None or segment.status != SegmentStatus.done:
+            return False
+        job = session.get(Job, segment.job_id, options=[defer(Job.chapters, raiseload=True)])
+        if job is None or job.status != JobStatus.in_progress or not wanted(job):
+            return False
+        session.expunge_all()
+    store = store_for()
+    with store.open(part_key(job.id, segment.index)) as f:
+        rate = sf.info(f).samplerate
+    audio = assembly.read_part(segment, store, lambda s: part_key(job.id, s.index))
+    language = job.options.get("language")
+    text = spoken(segment.text, language) if settings.normalize_text else segment.text
+    words = (aligner or _ALIGNER).align(audio, rate, text)
+    if words is None:
+        log.info("segment.align_failed", job_id=str(job.id), segment=segment.index)
+        return False
+    store.put(words_key(job.id, segment), json.dumps(
+        [[w.word, w.start, w.end, w.estimated] for w in words]).encode())
+    return True
+
+
+def kept_words(store: MediaStore, job_id: uuid.UUID) -> Callable[[Segment], list[Word] | None]:
+    """Return a lookup of each segment's kept words (None: none for this part)."""
+
+    def lookup(segment: Segment) -> list[Word] | None:
+        try:
+            with store.open(words_key(job_id, segment)) as f:
+                rows = json.loads(f.read())
+        except FileNotFoundError:
+            return None
+        return [Word(word, start, end, estimated) for word, start, end, estimated in rows]
+
+    return lookup
