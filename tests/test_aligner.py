@@ -107,3 +107,23 @@ def test_an_answer_does_not_depend_on_what_was_aligned_before(
         for k in range(4):
             aligner.align(clips[before], rate, TEXTS[before])
             assert aligner.align(clips[k], rate, TEXTS[k]) == first[k]
+
+
+def test_a_pool_of_processes_aligns_from_threads_at_once_as_one_aligner_does(
+        spoken: tuple[list[np.ndarray], int]) -> None:
+    from workers.aligners.pool import PooledAligner
+
+    clips, rate = spoken
+    one = [SphinxAligner().align(clip, rate, text) for clip, text in zip(clips, TEXTS,
+                                                                           strict=True)]
+    pool = PooledAligner(2)
+    try:
+        with ThreadPoolExecutor(8) as threads:
+            found = list(threads.map(lambda n: pool.align(clips[n % 4], rate, TEXTS[n % 4]),
+                                     range(16)))
+        assert found == [one[n % 4] for n in range(16)]
+        # A closed pool starts its processes again on the next request.
+        pool.close()
+        assert pool.align(clips[0], rate, TEXTS[0]) == one[0]
+    finally:
+        pool.close()

@@ -10,6 +10,7 @@ manifest says which.
 """
 
 import json
+import threading
 import uuid
 from collections.abc import Callable
 
@@ -25,12 +26,22 @@ from models.db import session_scope
 from storage import MediaStore, store_for
 from workers import assembly
 from workers.aligners import Aligner, Word
-from workers.aligners.sphinx import SphinxAligner
+from workers.aligners.pool import PooledAligner
+from workers.assembly import cores
 from workers.settings import get_settings
 
 log = structlog.get_logger()
 
-_ALIGNER = SphinxAligner()  # one per process: it loads its model once and serves one at a time
+_POOL: list[PooledAligner] = []  # the process's one pool, made on first use
+_POOL_LOCK = threading.Lock()
+
+
+def _pooled() -> PooledAligner:
+    """PocketSphinx in child processes: it holds the GIL while it decodes (aligners/pool.py)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(PooledAligner(get_settings().align_processes or max(1, cores() // 2)))
+        return _POOL[0]
 LANGUAGES = ("en",)  # what the CPU aligner's acoustic model and dictionary cover
 
 
@@ -75,7 +86,7 @@ def align_segment(segment_id: uuid.UUID, aligner: Aligner | None = None) -> bool
     audio = assembly.read_part(segment, store, lambda s: part_key(job.id, s.index))
     language = job.options.get("language")
     text = spoken(segment.text, language) if settings.normalize_text else segment.text
-    words = (aligner or _ALIGNER).align(audio, rate, text)
+    words = (aligner or _pooled()).align(audio, rate, text)
     if words is None:
         log.info("segment.align_failed", job_id=str(job.id), segment=segment.index)
         return False

@@ -24,6 +24,7 @@ class WorkerSettings(CoreSettings):
     # Subtitle cues from word times: jobs that ask for subtitles (English) have each finished
     # segment force-aligned on a CPU worker (PocketSphinx); false: cues are estimated.
     align_words: bool = True
+    align_processes: int = 0  # processes a CPU worker aligns in at once; 0: half its cores
     # Liveness: each worker beats every WORKER_HEARTBEAT_SECONDS; one silent for
     # WORKER_DEAD_SECONDS is dead, and the reaper (every REAPER_INTERVAL_SECONDS, in every
     # worker) hands its running segments on, however long segments take.
