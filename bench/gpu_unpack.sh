@@ -5,7 +5,7 @@ PART=${1:?usage: gpu_unpack.sh PART}
 rm -rf /tmp/npack && mkdir -p /tmp/npack /tmp/nsite /tmp/redis
 xz -dc "$PART" | tar -C /tmp/npack -xf -
 # Wheels beside the part, and in /tmp/xwheels (carried by an earlier call: PyAV, 35 MB, does
-# not fit beside the part in one call), if any.
+# not fit beside the part in one call; only AAC/m4b jobs need it), if any.
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/nsite /tmp/npack/wheels/*.whl \
   $(ls "$(dirname "$PART")"/*.whl /tmp/xwheels/*.whl 2>/dev/null)
 for deb in /tmp/npack/debs/*.deb; do dpkg -x "$deb" /tmp/redis; done
