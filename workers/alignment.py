@@ -3,8 +3,8 @@
 When a segment of a job that asked for subtitles is done, `narrator.align_segment` goes to
 the CPU workers' `assembly` queue (never the GPU worker: PocketSphinx holds the GIL while it
 decodes, which would stall the engine's output loop). The words it finds are kept in
-`parts/{n}.words.json`, named for the part's attempt and length, so the words of a part
-synthesised again are never used. The assembly builds subtitle cues from them
+`parts/{n}-{attempt}-{samples}.words.json`, so the words of a part synthesised again are
+never used. The assembly builds subtitle cues from them
 (workers.timeline.sentence_cues); a segment without words keeps the estimate, and the
 manifest says which.
 """
@@ -13,6 +13,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import soundfile as sf
 import structlog
@@ -42,14 +43,20 @@ def _pooled() -> PooledAligner:
         if not _POOL:
             _POOL.append(PooledAligner(get_settings().align_processes or max(1, cores() // 2)))
         return _POOL[0]
+
+
 LANGUAGES = ("en",)  # what the CPU aligner's acoustic model and dictionary cover
+
+
+def _wants(options: dict[str, Any] | None) -> bool:
+    language = ((options or {}).get("language") or "en")[:2]
+    return get_settings().align_words and bool((options or {}).get("subtitles")) \
+        and language in LANGUAGES
 
 
 def wanted(job: Job) -> bool:
     """Whether a job's segments are aligned: it asked for subtitles, in a language we align."""
-    language = (job.options.get("language") or "en")[:2]
-    return bool(job.options.get("subtitles")) and language in LANGUAGES \
-        and get_settings().align_words
+    return _wants(job.options)
 
 
 def wanted_for(segment_id: uuid.UUID) -> bool:
@@ -57,10 +64,8 @@ def wanted_for(segment_id: uuid.UUID) -> bool:
     if not get_settings().align_words:
         return False
     with session_scope() as session:
-        options = session.scalar(select(Job.options).join(Segment, Segment.job_id == Job.id)
-                                 .where(Segment.id == segment_id))
-    language = ((options or {}).get("language") or "en")[:2]
-    return bool((options or {}).get("subtitles")) and language in LANGUAGES
+        return _wants(session.scalar(select(Job.options).join(Segment, Segment.job_id == Job.id)
+                                     .where(Segment.id == segment_id)))
 
 
 def words_key(job_id: uuid.UUID, segment: Segment) -> str:

@@ -301,6 +301,9 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
             chapter["key"] = f"{base}/chapters/{span.number:03d}.{ext}"
             target.put_file(str(path), chapter["key"])
         size = main.stat().st_size
+    if words is not None:  # read each segment's words once, for the cues and the word track
+        kept = {s.index: words(s) for s in segments}
+        words = lambda s: kept[s.index]  # noqa: E731
     cues, timing = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2],
                                  words, normalized)
     subtitle_keys = {}
