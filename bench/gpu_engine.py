@@ -125,6 +125,7 @@ class Bench:
         """Run n x waves requests with at most n in flight."""
         from vllm.sampling_params import RequestOutputKind
 
+        from workers.engines.qwen3_handoff import WHOLE
         from workers.engines.qwen3_tts import multimodal_output, to_samples
 
         engine, frames = self.engine, self.args.frames
@@ -138,6 +139,8 @@ class Bench:
             info = {"task_type": ["CustomVoice"], "text": [TEXTS[i % len(TEXTS)]],
                     "language": ["English"], "speaker": [self.voice], "instruct": [""],
                     "max_new_tokens": [frames]}
+            if self.args.whole:  # decoded once when done (workers/engines/qwen3_handoff.py)
+                info[WHOLE] = [1]
             return {"prompt_token_ids": [0] * engine._prompt_length(info),
                     "additional_information": info}
 
@@ -313,7 +316,10 @@ def main() -> None:
                         help="requests per slot: >1 measures steady flow, not one lockstep batch")
     parser.add_argument("--ttfa-reps", type=int, default=5)
     parser.add_argument("--ttfa-load", type=int, default=32)
-    parser.add_argument("--deploy-config", default="")
+    parser.add_argument("--deploy-config", default="",
+                        help="a deploy YAML; 'default': vLLM-Omni's own; empty: Narrator's")
+    parser.add_argument("--whole", action="store_true",
+                        help="raw requests carry the whole-answer mark (Narrator's hand-off)")
     parser.add_argument("--label", default="default")
     parser.add_argument("--start-only", action="store_true",
                         help="start the engine, report how long it took, and exit")

@@ -15,7 +15,9 @@ stop by themselves. One table:
   TTFA alone        streamed first audio byte, one request at a time (p50 / p99)
   TTFA saturated    the same while JOBS jobs fill the engine: one request every PROBE_GAP s,
                     each on its own thread (the row says if the jobs ended before the probes)
-  sync saturated    a whole wav of FRAMES frames, every third gap, under the same load
+  sync saturated    a whole wav of FRAMES frames, every third gap, under the same load: one
+                    sentence (spoken in one piece), and four sentences (ANSWER, spoken at
+                    once in pieces that share the FRAMES by length, as SYNC_PIECES does)
   GPU               nvidia-smi utilisation.gpu (mean) and memory.used (peak) in the job phases
 
 Audio-seconds count speech only (the manifests' segment durations, not inserted silences).
@@ -140,6 +142,13 @@ def wait_ready(url: str, timeout: float, processes: list[subprocess.Popen[bytes]
     raise TimeoutError(f"no worker ready after {timeout:.0f} s")
 
 
+# About 20 s of speech in four sentences (the random-weight model never stops on its own:
+# the request's max_new_tokens is shared among them by length, see workers/speech.py).
+ANSWER = ("Thanks for calling the library. Your books are due back on Friday the twelfth. "
+          "You can renew them online or at the front desk. "
+          "Is there anything else I can help you with today?")
+
+
 class Client:
     """The HTTP side: jobs and speech, as users send them."""
 
@@ -195,13 +204,18 @@ class Client:
             b"".join(chunks)  # the rest of the answer, as a client reads it
         return first
 
-    def sync(self) -> float:
-        """Return seconds for a whole wav of `frames` frames."""
+    def sync(self, text: str = "A whole answer, at once.") -> float:
+        """Return seconds for a whole wav of `frames` frames (in all, over its sentences)."""
         started = time.monotonic()
         self.http.post("/v1/audio/speech", json={
-            "input": "A whole answer, at once.", "voice": self.voice,
+            "input": text, "voice": self.voice,
             "response_format": "wav", "max_new_tokens": self.frames}).raise_for_status()
         return time.monotonic() - started
+
+    def sync_sentences(self) -> float:
+        """A whole wav of four sentences: the worker speaks them at once (SYNC_PIECES), each
+        with its share of the frames by length, as a real model ends each at its own length."""
+        return self.sync(ANSWER)
 
 
 def percentiles(samples: list[float]) -> str:
@@ -234,19 +248,23 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str
     jobs = [client.submit(args.segments, f"probe-{n}") for n in range(args.jobs)]
     time.sleep(args.settle)  # the jobs' first segments reach the engine
     with ThreadPoolExecutor(max_workers=2 * args.probes) as pool:
-        streams, syncs = [], []
+        streams, syncs, split = [], [], []
         for n in range(args.probes):
             streams.append(pool.submit(client.first_audio))
             if n % 3 == 1:
                 syncs.append(pool.submit(client.sync))
+            if n % 3 == 2:
+                split.append(pool.submit(client.sync_sentences))
             time.sleep(args.probe_gap)
         ttfa = [f.result() for f in streams]
         sync = [f.result() for f in syncs]
+        sentences = [f.result() for f in split]
     probes_end = time.monotonic()
     statuses = [client.http.get(f"/v1/audio/jobs/{j}").json()["status"] for j in jobs]
     saturated = any(s_ != "completed" for s_ in statuses)
     phase(out, "ttfa_saturated", ttfa)
     phase(out, "sync_saturated", sync)
+    phase(out, "sync_sentences_saturated", sentences)
     phase(out, "probes_saturated", {"seconds": probes_end - probe_start - args.settle,
                                     "jobs_still_running": saturated})
     client.wait(*jobs)
@@ -377,9 +395,12 @@ def main() -> None:
              percentiles(r["ttfa_saturated"]),
              "engine full throughout" if r["probes_saturated"]["jobs_still_running"]
              else "JOBS ENDED BEFORE THE PROBES"],
-            [mode, f"sync wav of {args.frames * 0.08:.0f} s, saturated (p50 / max)",
-             f"{statistics.median(r['sync_saturated']):.2f} / "
+            [mode, f"sync wav of {args.frames * 0.08:.0f} s, one sentence, saturated "
+             "(p50 / max)", f"{statistics.median(r['sync_saturated']):.2f} / "
              f"{max(r['sync_saturated']):.2f} s", f"GPU {r['saturated_gpu']}"],
+            [mode, f"sync wav of {args.frames * 0.08:.0f} s, four sentences, saturated "
+             "(p50 / max)", f"{statistics.median(r['sync_sentences_saturated']):.2f} / "
+             f"{max(r['sync_sentences_saturated']):.2f} s", "spoken at once (SYNC_PIECES)"],
         ]
     if args.double:
         print("ENGINE DOUBLE: these timings prove the harness, not a GPU.")

@@ -3,7 +3,8 @@
 # that they outlive one device call (10 minutes at most); later calls wait and collect logs.
 #
 #   bash bench/gpu_run.sh start PART MODEL [gpu_product args]   # unpack, start, then wait
-#     RAW_CONFIGS="a.yaml b.yaml": then raw AsyncOmni at 64 under each deploy config
+#     RAW_CONFIGS="a.yaml b.yaml+--whole": then raw AsyncOmni at 64 under each deploy config
+#       ('default': vLLM-Omni's own), with the extra bench.gpu_engine flags after a +
 #     TEST=0: skip the gpu-marked test
 #   bash bench/gpu_run.sh wait                                   # wait, copy logs to $OUT
 #
@@ -34,10 +35,11 @@ python3 -c 'import scipy.signal' 2>/dev/null || {
 step python3 -m bench.gpu_product --model $MODEL --redis-server /tmp/redis-run $ARGS \
   >> $LOGS/product.log 2>&1
 echo "product rc=$?" >> $LOGS/done
-for config in $RAW_CONFIGS; do  # raw AsyncOmni at 64 in flight under other deploy configs
-  name=$(basename "$config" .yaml)
+for entry in $RAW_CONFIGS; do  # raw AsyncOmni at 64 in flight under other deploy configs
+  config=${entry%%+*}; extra=""; [ "$config" != "$entry" ] && extra=${entry#*+}
+  name=$(basename "$config" .yaml)${extra//[- ]/_}
   step python3 -m bench.gpu_engine --model $MODEL --paths raw --concurrency 64 --frames 250 \
-    --reps 1 --waves 6 --ttfa-reps 5 --ttfa-load 64 --deploy-config "$config" --label "raw_$name" \
+    --reps 1 --waves 6 --ttfa-reps 5 --ttfa-load 64 --deploy-config "$config" --label "raw_$name" $extra \
     > $LOGS/raw_$name.log 2>&1
   echo "raw $name rc=$?" >> $LOGS/raws
 done

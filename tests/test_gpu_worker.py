@@ -90,6 +90,19 @@ def test_a_saturated_worker_answers_sync_and_streamed_speech_at_once(gpu_stack: 
         assert wait_job(http, job_id, timeout=120)["status"] == "completed"
 
 
+def test_a_sync_answer_of_sentences_comes_back_whole_with_gaps(gpu_stack: Stack) -> None:
+    """Four sentences, spoken at once in four pieces that share max_new_tokens (SYNC_PIECES
+    defaults to 4 on vLLM-Omni), come back as one wav: their frames plus three gaps."""
+    with gpu_stack.client() as http:
+        response = http.post("/v1/audio/speech", json={
+            "input": "The first one. Then a second. A third follows. And the last.",
+            "voice": "ryan", "max_new_tokens": 200, "response_format": "wav"})
+        assert response.status_code == 200, response.text
+    frames_seconds = 200 * 10 / 24000  # the double's 10 samples a frame at 24 kHz
+    duration = float(response.headers["x-audio-duration"])
+    assert abs(duration - (frames_seconds + 3 * 0.25)) <= 2 * 10 / 24000, duration
+
+
 def test_a_worker_whose_engine_cannot_start_consumes_nothing_and_says_why(
         tmp_path: Path, database_url: str) -> None:
     redis.Redis.from_url(redis_url(14)).flushdb()  # not the module's stack's broker

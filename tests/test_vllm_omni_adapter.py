@@ -6,6 +6,7 @@ and in bench/gpu_engine.py on the lent H100.
 """
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from core.catalog import Qwen3Config, qwen3_model
 from tests.doubles.omni import SCALE, FakeOmni, FakeTensor, SlowOmni, output
 from workers.engines import SpeechRequest
+from workers.engines.qwen3_handoff import WHOLE, codebook_major, marked_whole
 from workers.engines.qwen3_tts import (
     AudioCollector,
     OutputKind,
@@ -211,3 +213,94 @@ def test_warm_up_fills_the_batch_and_every_realtime_thread_at_once(config: Qwen3
     priorities = sorted(call["priority"] for call in slow.calls)
     assert priorities == [REALTIME_PRIORITY] * 3 + [BATCH_PRIORITY] * 4
     assert all(call["params"][0].max_tokens == 20 for call in slow.calls)
+
+
+def test_only_answers_nobody_streams_are_marked_whole(config: Qwen3Config) -> None:
+    """Job segments and whole sync answers carry the hand-off's mark; streamed ones do not,
+    so their audio still comes in windows as the talker makes it."""
+    engine, fake = make_engine(config)
+    engine.synthesize([SpeechRequest(text="a", voice="ryan", max_new_tokens=5)])
+    engine.synthesize([SpeechRequest(text="b", voice="ryan", max_new_tokens=5, realtime=True)])
+    list(engine.stream(SpeechRequest(text="c", voice="ryan", max_new_tokens=60, realtime=True)))
+    marks = [call["prompt"]["additional_information"].get(WHOLE) for call in fake.calls]
+    assert marks == [[1], [1], None]
+
+
+def entries(**values: Any) -> Any:
+    """A talker request as the stage process sees it: additional_information entries."""
+    return SimpleNamespace(additional_information=SimpleNamespace(entries={
+        key: SimpleNamespace(list_data=value) for key, value in values.items()}))
+
+
+def test_the_hand_off_reads_the_mark_and_flattens_codebook_major() -> None:
+    assert marked_whole(entries(narrator_whole=[1], text=["x"]))
+    assert not marked_whole(entries(text=["x"]))
+    assert not marked_whole(entries(narrator_whole=[0]))
+    assert not marked_whole(SimpleNamespace(additional_information=None))
+    frames = [[1, 2, 3], [4, 5, 6]]  # two frames of three codebooks
+    assert codebook_major(frames) == [1, 4, 2, 5, 3, 6]
+    assert codebook_major([]) == []
+
+
+ANSWER = ("Thanks for calling the library. Your books are due back on Friday. "
+          "You can renew them online or at the front desk. Anything else today?")
+
+
+@pytest.fixture
+def gpu_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    from workers.settings import get_settings
+
+    monkeypatch.setenv("NARRATOR_ENGINE", "vllm-omni")
+    monkeypatch.setenv("NARRATOR_MODEL", str(MODEL))
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def test_sentences_split_into_at_most_the_limit_in_order() -> None:
+    from workers.speech import groups
+
+    assert groups(ANSWER, "en", 1) == [ANSWER]
+    assert groups("Just one sentence, however long it runs.", "en", 4) == [
+        "Just one sentence, however long it runs."]
+    pieces = groups(ANSWER, "en", 4)
+    assert len(pieces) == 4
+    assert " ".join(pieces) == ANSWER
+    assert len(groups(ANSWER, "en", 2)) == 2
+    assert " ".join(groups(ANSWER + "\n\nA second paragraph.", "en", 3)).endswith(
+        "today? A second paragraph.")
+
+
+def test_a_sync_answer_shares_its_frames_among_its_pieces(gpu_settings: None) -> None:
+    from workers.speech import requests_for
+
+    requests = requests_for({"input": ANSWER, "voice": "ryan", "request_id": "req_1",
+                             "max_new_tokens": 200, "language": "en"})
+    assert [r.request_id for r in requests] == ["req_1.0", "req_1.1", "req_1.2", "req_1.3"]
+    assert all(r.realtime for r in requests)
+    shares = [r.max_new_tokens or 0 for r in requests]
+    assert abs(sum(shares) - 200) <= 2
+    assert max(shares) < 80
+    assert requests_for({"input": ANSWER, "voice": "ryan", "request_id": "r"})[0] \
+        .max_new_tokens is None
+
+
+def test_a_sync_answers_pieces_are_spoken_at_once_and_joined_in_order(
+        config: Qwen3Config, gpu_settings: None) -> None:
+    """All pieces are in the engine together (streamed or whole); the audio comes back in
+    the text's order with the sentence gap between pieces."""
+    from workers.speech import _pieces_streamed, requests_for
+
+    slow = SlowOmni(seconds_per_frame=0.01)
+    engine = VllmOmniEngine(qwen3_model(str(MODEL)), config, omni_factory=lambda: slow,
+                            prompt_length=lambda info: 10)
+    requests = requests_for({"input": ANSWER, "voice": "ryan", "request_id": "r",
+                             "max_new_tokens": 200})
+    streamed = list(_pieces_streamed(engine, requests))
+    assert slow.peak == 4
+    gap = int(0.25 * engine.sample_rate)
+    audio = np.concatenate(streamed)
+    markers = [float(len(r.text)) for r in requests]  # the double's audio value per piece
+    expected = np.concatenate([part for n, r in enumerate(requests) for part in (
+        ([np.zeros(gap)] if n else []) + [np.full((r.max_new_tokens or 0) * SCALE, markers[n])])])
+    assert np.array_equal(audio, expected)

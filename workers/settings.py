@@ -57,6 +57,11 @@ class WorkerSettings(CoreSettings):
     # Threads only sync speech uses (the realtime lane); 0: 8 on vLLM-Omni (the headroom its
     # deploy config keeps above VLLM_MAX_IN_FLIGHT), 1 on Piper (ONNX Runtime uses every core).
     realtime_threads: int = 0
+    # A sync request's sentences are spoken in at most this many pieces at once, joined with
+    # SENTENCE_GAP_SECONDS: a 20 s answer then takes what its longest piece takes, not what
+    # all of it takes one frame per engine step. 0: 4 on vLLM-Omni, 1 (never split) on Piper,
+    # which speaks one request at a time.
+    sync_pieces: int = 0
     vllm_stage_init_timeout: int = 900
     vllm_priority: bool = True
     vllm_warmup_batch: int = 0  # requests in the warm-up batch; 0: VLLM_MAX_IN_FLIGHT
@@ -70,6 +75,11 @@ class WorkerSettings(CoreSettings):
     def realtime_lane_threads(self) -> int:
         """Return the realtime lane's thread count."""
         return self.realtime_threads or (1 if self.engine == "piper" else 8)
+
+    @property
+    def sync_piece_limit(self) -> int:
+        """Return how many pieces a sync request is spoken in at most."""
+        return self.sync_pieces or (1 if self.engine == "piper" else 4)
 
 
 @lru_cache

@@ -2,8 +2,10 @@
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import structlog
 
 from core import metrics
@@ -11,23 +13,64 @@ from core.audio import CONTENT_TYPES, encode, to_pcm16
 from core.channel import Channel, Message, channel_for
 from core.normalize import spoken
 from core.registry import worker_id
+from core.text import clean, paragraphs, sentences
 from workers.engine import get_engine
-from workers.engines import SpeechRequest
+from workers.engines import Audio, Engine, SpeechRequest
 from workers.settings import get_settings
 
 log = structlog.get_logger()
 
 
-def _request(payload: dict[str, Any]) -> SpeechRequest:
-    text = payload["input"]
-    if get_settings().normalize_text:
-        text = spoken(text, payload.get("language"))
-    return SpeechRequest(
-        text=text, voice=payload["voice"], speed=payload.get("speed", 1.0),
-        instructions=payload.get("instructions"), language=payload.get("language"),
-        seed=payload.get("seed"), max_new_tokens=payload.get("max_new_tokens"),
-        task_type=payload.get("task_type"), request_id=payload["request_id"], realtime=True,
-    )
+def groups(text: str, language: str | None, most: int) -> list[str]:
+    """Split `text` at sentence ends into at most `most` pieces of similar length."""
+    if most <= 1:
+        return [text]
+    found = [s for p in paragraphs(clean(text)) for s in sentences(p, language or "en")]
+    if len(found) <= 1:
+        return [text]
+    target = sum(map(len, found)) / min(most, len(found))
+    pieces: list[list[str]] = [[]]
+    for sentence in found:
+        size = sum(map(len, pieces[-1]))
+        if pieces[-1] and size + len(sentence) > target and len(pieces) < most:
+            pieces.append([])
+        pieces[-1].append(sentence)
+    return [" ".join(piece) for piece in pieces]
+
+
+def requests_for(payload: dict[str, Any]) -> list[SpeechRequest]:
+    """Return the engine requests of one sync request: its sentences in pieces (vLLM-Omni
+    speaks them at once), each with its share of `max_new_tokens` by length."""
+    settings = get_settings()
+    language, cap = payload.get("language"), payload.get("max_new_tokens")
+    texts = groups(payload["input"], language, settings.sync_piece_limit)
+    total = sum(map(len, texts))
+    out = []
+    for n, text in enumerate(texts):
+        share = cap if cap is None or len(texts) == 1 else max(1, round(cap * len(text) / total))
+        out.append(SpeechRequest(
+            text=spoken(text, language) if settings.normalize_text else text,
+            voice=payload["voice"], speed=payload.get("speed", 1.0),
+            instructions=payload.get("instructions"), language=language,
+            seed=payload.get("seed"), max_new_tokens=share, task_type=payload.get("task_type"),
+            request_id=payload["request_id"] + (f".{n}" if len(texts) > 1 else ""),
+            realtime=True))
+    return out
+
+
+def _gap(engine: Engine) -> Audio:
+    return np.zeros(int(get_settings().sentence_gap_seconds * engine.sample_rate),
+                    dtype=np.float32)
+
+
+def _pieces_streamed(engine: Engine, requests: list[SpeechRequest]) -> Iterator[Audio]:
+    """Yield the pieces' chunks in order; GPU engines start every piece at once (their
+    `stream` submits at the call), so later pieces are ready when the first one ends."""
+    streams = [engine.stream(r) for r in requests]
+    for n, chunks in enumerate(streams):
+        if n:
+            yield _gap(engine)
+        yield from chunks
 
 
 class Pulse:
@@ -83,7 +126,7 @@ def stream(payload: dict[str, Any]) -> None:
     try:
         engine = get_engine()
         pulse.start(Message("meta", {"sample_rate": engine.sample_rate, "worker": worker_id()}))
-        for chunk in engine.stream(_request(payload)):
+        for chunk in _pieces_streamed(engine, requests_for(payload)):
             samples += len(chunk)
             pulse.publish(Message("data", data=to_pcm16(chunk)))
     except Exception as exc:
@@ -107,7 +150,10 @@ def speak(payload: dict[str, Any]) -> None:
         pulse.start(Message("alive", {"worker": worker_id()}))
         engine = get_engine()
         started = time.perf_counter()
-        audio = engine.synthesize([_request(payload)])[0]
+        pieces = engine.synthesize(requests_for(payload))
+        gap = _gap(engine)
+        audio = np.concatenate([part for n, piece in enumerate(pieces)
+                                for part in ((gap, piece) if n else (piece,))])
         metrics.observe_synthesis(engine.info.id, time.perf_counter() - started,
                                   len(audio) / engine.sample_rate, "sync")
         fmt = payload["response_format"]

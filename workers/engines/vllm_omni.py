@@ -23,6 +23,7 @@ import structlog
 
 from core.catalog import ModelInfo, Qwen3Config
 from workers.engines import Audio, SpeechRequest, drain, slots_for
+from workers.engines.qwen3_handoff import WHOLE
 from workers.engines.qwen3_tts import (
     AudioCollector,
     OutputKind,
@@ -136,8 +137,11 @@ class VllmOmniEngine:
                 p.output_kind = output_kind
         return params
 
-    def _prompt(self, request: SpeechRequest, reference: Reference | None) -> dict[str, Any]:
-        info = additional_information(self.config, request, reference)
+    def _prompt(self, request: SpeechRequest, reference: Reference | None,
+                kind: OutputKind) -> dict[str, Any]:
+        info: dict[str, list[Any]] = additional_information(self.config, request, reference)
+        if kind is OutputKind.FINAL_ONLY:  # nobody streams it: decoded once (qwen3_handoff)
+            info[WHOLE] = [1]
         assert self._prompt_length is not None
         return {"prompt_token_ids": [1] * self._prompt_length(info),
                 "additional_information": info}
@@ -149,7 +153,7 @@ class VllmOmniEngine:
         collector = AudioCollector(kind)
         priority = REALTIME_PRIORITY if request.realtime or not self.priority else BATCH_PRIORITY
         async for output in self._omni.generate(
-            self._prompt(request, reference), request_id=request_id,
+            self._prompt(request, reference, kind), request_id=request_id,
             sampling_params_list=self._params(request, kind), priority=priority,
         ):
             new = collector.add(output)
