@@ -167,7 +167,10 @@ class Bench:
 
         start = time.perf_counter()
         counts = asyncio.run_coroutine_threadsafe(batch(), engine._loop).result()
-        return time.perf_counter() - start, sum(counts)
+        wall = time.perf_counter() - start
+        frames_each = collections.Counter(round(c / 1920) for c in counts)  # 1920 a frame
+        emit({"tag": "raw_lengths", "frames": dict(frames_each.most_common(8))})
+        return wall, sum(counts)
 
     # (b) the adapter, driven by N threads like Celery's threads pool
     def adapter(self, n: int, waves: int = 0) -> tuple[float, int]:

@@ -11,7 +11,8 @@ stop by themselves. One table:
   first job         the first SEGMENTS-segment job after ready: submit -> completed
   sustained         JOBS such jobs submitted together: first submit -> last completed
   ÷ raw             sustained ÷ raw AsyncOmni at the worker's in-flight bound, same session
-                    (bench.gpu_engine --paths raw, after the platform has stopped)
+                    and the first job ÷ the same: the bare engine, bench.gpu_engine --paths raw
+                    under vLLM-Omni's own deploy config, after the platform has stopped
   TTFA alone        streamed first audio byte, one request at a time (p50 / p99)
   TTFA saturated    the same while JOBS jobs fill the engine: one request every PROBE_GAP s,
                     each on its own thread (the row says if the jobs ended before the probes)
@@ -319,8 +320,10 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
     return result
 
 
-def raw_rate(args: argparse.Namespace, in_flight: int, folder: Path) -> float | None:
-    """Run raw AsyncOmni in bench.gpu_engine (its own process) and return audio-s per s.
+def raw_rate(args: argparse.Namespace, in_flight: int, folder: Path) -> dict[str, Any] | None:
+    """Run the bare engine: raw AsyncOmni under vLLM-Omni's own deploy config, in
+    bench.gpu_engine (its own process). Return its audio-s per s and its streamed first
+    audio under `in_flight` batch requests (ms), or None.
 
     Its output goes to a file, not a pipe, and its process group is killed after it: the
     engine's stage processes can outlive it holding a pipe open (seen on the device: the
@@ -332,16 +335,22 @@ def raw_rate(args: argparse.Namespace, in_flight: int, folder: Path) -> float | 
             [sys.executable, "-m", "bench.gpu_engine", "--model", args.model, "--paths", "raw",
              "--concurrency", str(in_flight), "--frames", str(args.frames), "--reps", "1",
              "--waves", str(max(1, args.jobs * args.segments // in_flight)),
-             "--ttfa-reps", "0"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+             "--deploy-config", "default", "--ttfa-reps", "5", "--ttfa-load", str(in_flight),
+             "--label", "gpu_product_raw"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
             start_new_session=True)
         try:
             process.wait(timeout=args.start_timeout + 600)
         except subprocess.TimeoutExpired:
             print("raw run timed out", file=sys.stderr)
         stop(process)
+    found: dict[str, Any] = {}
     for line in log.read_text().splitlines():
         if line.startswith("RESULT ") and '"tag": "raw"' in line:
-            return float(json.loads(line[7:])["audio_s_per_wall_s"])
+            found["rate"] = float(json.loads(line[7:])["audio_s_per_wall_s"])
+        if line.startswith("RESULT ") and '"tag": "ttfa"' in line:
+            found["ttfa_load_ms"] = json.loads(line[7:])["under_load_ms"]
+    if "rate" in found:
+        return found
     print(log.read_text()[-2000:], file=sys.stderr)
     return None
 
@@ -375,7 +384,8 @@ def main() -> None:
     results = {mode: run_mode(mode, args, folder, busy) for mode in args.modes}
     busy.stop()
     in_flight = int(os.environ.get("NARRATOR_VLLM_MAX_IN_FLIGHT", "64"))
-    raw = raw_rate(args, in_flight, folder) if args.raw and not args.double else None
+    bare = raw_rate(args, in_flight, folder) if args.raw and not args.double else None
+    raw = bare["rate"] if bare else None
     rows = []
     for mode, r in results.items():
         sustained = r["sustained"]["rate"]
@@ -388,13 +398,18 @@ def main() -> None:
             [mode, f"sustained ({args.jobs} jobs)", f"{sustained:.1f} audio-s/s",
              f"last segment at {r['sustained']['synthesis_s']:.1f} s of "
              f"{r['sustained']['wall_s']:.1f}; GPU {r['sustained']['gpu']}"],
+            [mode, f"first job ÷ raw AsyncOmni at {in_flight}",
+             f"{r['first_job']['rate'] / raw:.3f}" if raw else "not run", ""],
             [mode, f"sustained ÷ raw AsyncOmni at {in_flight}",
              f"{sustained / raw:.3f}" if raw else "not run", f"raw {raw:.1f}" if raw else ""],
             [mode, "streamed first audio, alone (p50 / p99)", percentiles(r["ttfa_alone"]), ""],
             [mode, "streamed first audio, saturated (p50 / p99)",
              percentiles(r["ttfa_saturated"]),
-             "engine full throughout" if r["probes_saturated"]["jobs_still_running"]
-             else "JOBS ENDED BEFORE THE PROBES"],
+             ("engine full throughout" if r["probes_saturated"]["jobs_still_running"]
+              else "JOBS ENDED BEFORE THE PROBES") + (
+                 f"; bare engine under {in_flight}: median "
+                 f"{statistics.median(bare['ttfa_load_ms']):.0f} ms"
+                 if bare and bare.get("ttfa_load_ms") else "")],
             [mode, f"sync wav of {args.frames * 0.08:.0f} s, one sentence, saturated "
              "(p50 / max)", f"{statistics.median(r['sync_saturated']):.2f} / "
              f"{max(r['sync_saturated']):.2f} s", f"GPU {r['saturated_gpu']}"],
@@ -405,7 +420,7 @@ def main() -> None:
     if args.double:
         print("ENGINE DOUBLE: these timings prove the harness, not a GPU.")
     print(table(["mode", "measure", "result", "note"], rows))
-    save(args.label, {"args": vars(args), "raw": raw, "results": results})
+    save(args.label, {"args": vars(args), "raw": raw, "bare": bare, "results": results})
 
 
 if __name__ == "__main__":

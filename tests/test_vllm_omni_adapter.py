@@ -198,17 +198,17 @@ def test_close_shuts_the_engine_down_once_and_stops_its_loop(config: Qwen3Config
     assert not thread.is_alive()
 
 
-def test_warm_up_fills_the_batch_and_every_realtime_thread_at_once(config: Qwen3Config) -> None:
+def test_warm_up_fills_the_batch_and_the_realtime_headroom_at_once(config: Qwen3Config) -> None:
     """The warm-up reaches the deploy config's max_num_seqs: the in-flight bound of whole
-    requests plus one streamed realtime request per lane thread, all in the engine together."""
+    requests plus its realtime sequences, streamed, all in the engine together."""
     from workers.settings import WorkerSettings
     from workers.tasks import warm_up
 
     slow = SlowOmni(seconds_per_frame=0.05)  # 20 frames: each request holds 1 s
     engine = VllmOmniEngine(qwen3_model(str(MODEL)), config, omni_factory=lambda: slow,
                             prompt_length=lambda info: 10, max_in_flight=4)
-    warm_up(engine, WorkerSettings(engine="vllm-omni", model=str(MODEL), realtime_threads=3,
-                                   vllm_max_in_flight=4, vllm_warmup_tokens=20))
+    warm_up(engine, WorkerSettings(engine="vllm-omni", model=str(MODEL), vllm_max_in_flight=4,
+                                   vllm_realtime_sequences=3, vllm_warmup_tokens=20))
     assert slow.peak == 7
     priorities = sorted(call["priority"] for call in slow.calls)
     assert priorities == [REALTIME_PRIORITY] * 3 + [BATCH_PRIORITY] * 4

@@ -54,8 +54,9 @@ class WorkerSettings(CoreSettings):
     # Worker threads; 0: 1.5 x the in-flight bound, so finished segments are written while
     # new ones already occupy the engine (bench.worker_overhead).
     worker_threads: int = 0
-    # Threads only sync speech uses (the realtime lane); 0: 8 on vLLM-Omni (the headroom its
-    # deploy config keeps above VLLM_MAX_IN_FLIGHT), 1 on Piper (ONNX Runtime uses every core).
+    # Threads only sync speech uses (the realtime lane); 0: 8 on vLLM-Omni (within the
+    # VLLM_REALTIME_SEQUENCES its deploy config keeps above VLLM_MAX_IN_FLIGHT), 1 on Piper
+    # (ONNX Runtime uses every core).
     realtime_threads: int = 0
     # A sync request's sentences are spoken in at most this many pieces at once, joined with
     # SENTENCE_GAP_SECONDS: a 20 s answer then takes what its longest piece takes, not what
@@ -65,6 +66,10 @@ class WorkerSettings(CoreSettings):
     vllm_stage_init_timeout: int = 900
     vllm_priority: bool = True
     vllm_warmup_batch: int = 0  # requests in the warm-up batch; 0: VLLM_MAX_IN_FLIGHT
+    # Sequences the deploy config keeps above VLLM_MAX_IN_FLIGHT for sync speech (its
+    # max_num_seqs minus the batch's); the warm-up runs that many streamed requests beside
+    # its batch, so every batch size up to max_num_seqs has run before the first request.
+    vllm_realtime_sequences: int = 16
     vllm_warmup_tokens: int = 250  # frames per warm-up request (20 s of audio, a segment)
     # The engine in a child process of its own, away from the worker's GIL (bench.gpu_engine).
     vllm_engine_process: bool = True

@@ -124,9 +124,9 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
     """Run the engine through the shapes a job and sync speech use, before taking work.
 
     On vLLM-Omni: a full batch (VLLM_WARMUP_BATCH, default the in-flight bound) of whole
-    requests through both stages at segment length, and at the same time one streamed
-    realtime request per realtime-lane thread, so the engine meets every batch size up to
-    its deploy config's max_num_seqs before the first job does. On the H100, the first
+    requests through both stages at segment length, and at the same time
+    VLLM_REALTIME_SEQUENCES streamed realtime requests, so the engine meets every batch size
+    up to its deploy config's max_num_seqs before the first job does. On the H100, the first
     realtime requests beside a full batch met a Triton compile (392 ms to first audio)
     when the warm-up stopped at the batch.
     """
@@ -140,7 +140,7 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
     request = SpeechRequest(text=WARM_UP_TEXT, voice=voice,
                             max_new_tokens=settings.vllm_warmup_tokens)
     batch = settings.vllm_warmup_batch or settings.vllm_max_in_flight
-    streams = settings.realtime_lane_threads
+    streams = settings.vllm_realtime_sequences
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1 + streams, thread_name_prefix="warm-up") as pool:
         whole = pool.submit(engine.synthesize, [replace(request, request_id=f"warm-up-{n}")

@@ -73,8 +73,10 @@ def _whole(stock: Any, transfer_manager: Any, multimodal_output: Any, request: A
         return None
     if not frames:  # nothing spoken: vLLM-Omni's own empty finished payload
         return stock.talker2code2wav_async_chunk(transfer_manager, None, request, True)
+    codes = torch.tensor(codebook_major(frames), dtype=torch.long)
+    frames.clear()  # sent: a second finished call for this request sends nothing again
     return OmniPayloadStruct(
-        codes=CodesStruct(audio=torch.tensor(codebook_major(frames), dtype=torch.long)),
+        codes=CodesStruct(audio=codes),
         meta=MetaStruct(left_context_size=0, finished=torch.tensor(True, dtype=torch.bool)),
         speaker=stock.extract_speaker_from_request(request),
         language=stock.extract_language_from_request(request),
