@@ -5,7 +5,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from sqlalchemy import Engine, text
 
+from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from workers.aligners import Word, words_of
 from workers.aligners.sphinx import SphinxAligner, _fill
 from workers.engines import SpeechRequest
@@ -127,3 +129,38 @@ def test_a_pool_of_processes_aligns_from_threads_at_once_as_one_aligner_does(
         assert pool.align(clips[0], rate, TEXTS[0]) == one[0]
     finally:
         pool.close()
+
+
+def test_segments_whose_words_are_not_kept_yet_are_aligned_by_the_assembly(
+        pipeline_env: None, db: Engine) -> None:
+    """The align tasks may still be running (or never ran) when the last segment's assembly
+    starts: the assembly aligns what is missing, so no segment keeps the estimate for that."""
+    import json
+    import uuid
+
+    from core.catalog import catalog
+    from storage import store_for
+    from tests.support import insert_job
+    from workers import pipeline
+    from workers.engines.piper import PiperEngine
+    from workers.settings import get_settings
+
+    book = ["The boats came in at dawn. Gulls followed them home.\n\n"
+            "The market opened at noon, and the square filled slowly."]
+    job_id = uuid.UUID(str(insert_job(db, book, "wav", {"subtitles": ["vtt", "words"]})))
+    _, ids = pipeline.plan(job_id)
+    assert len(ids) == 2
+    engine = PiperEngine(catalog(get_settings())[0])
+    for segment_id in ids:  # no align task runs for them
+        done = pipeline.synthesize(segment_id, engine=engine)
+        assert done is not None
+        assert done.aligned
+    assert pipeline.assemble(job_id).outcome == "completed"
+    with db.connect() as connection:
+        result = connection.execute(text("SELECT result FROM jobs WHERE id = :id"),
+                                    {"id": job_id}).scalar_one()
+    store = store_for()
+    manifest = json.loads(store.get(result["manifest_key"]))
+    assert manifest["timing"] == {"aligned": 2, "estimated": 0}
+    track = json.loads(store.get(result["subtitles"]["words"]))
+    assert [w["word"] for w in track["words"]][:3] == ["the", "boats", "came"]

@@ -2,6 +2,7 @@
 fallback, and the manifest's record of which each segment got."""
 
 import uuid
+from itertools import pairwise
 
 import pytest
 
@@ -83,3 +84,34 @@ def test_the_word_track_is_in_the_books_time_and_lists_estimated_segments() -> N
     assert third["word"] == "it"
     assert third["start"] == (timeline.starts[2] + words[0].start) / RATE
     assert third["end"] == (timeline.starts[2] + words[0].end) / RATE
+
+
+LONG = ("When the ferry finally reached the island, long after the sun had gone down, the "
+        "keeper was waiting on the pier with a lamp; nobody had told him about the delay.")
+
+
+def test_a_long_sentence_is_cut_at_its_clauses_from_their_own_words() -> None:
+    from workers.timeline import CUE_MAX_CHARS, clauses
+
+    pieces = clauses(LONG)
+    assert " ".join(pieces) == LONG
+    assert len(pieces) > 1
+    assert all(len(p) <= CUE_MAX_CHARS for p in pieces)
+    assert clauses("It cost 1,000 dollars.", limit=5) == ["It cost 1,000 dollars."]
+    assert clauses("Short, and sweet.") == ["Short, and sweet."]
+    segments = _segments(LONG, samples=20000)
+    timeline = Timeline(segments, RATE)
+    words = _words(LONG, step=200)
+    cues, timing = sentence_cues(segments, timeline, "en", lambda s: words)
+    assert timing == ["aligned"]
+    assert [text for _, _, text in cues] == pieces
+    assert cues[0][0] == words[0].start / RATE
+    assert cues[-1][1] == words[-1].end / RATE
+    counts = [len(words_of(spoken(p, "en"))) for p in pieces]
+    assert cues[1][0] == words[counts[0]].start / RATE  # the second clause's first word
+    assert all(a < b <= c for (a, b, _), (c, _, _) in pairwise(cues))
+    # Estimated, the clauses share the segment's span by their letters.
+    cues, timing = sentence_cues(segments, timeline, "en")
+    assert timing == ["estimated"]
+    assert [text for _, _, text in cues] == pieces
+    assert cues[-1][1] == 20000 / RATE

@@ -180,6 +180,44 @@ def test_a_markdown_book_from_chapters_to_synced_subtitles(browser: WebDriver, s
         assert text_of(browser, "player-cue") == cues[n].text
 
 
+def test_the_player_lights_the_word_being_spoken(browser: WebDriver, served: str) -> None:
+    """A job with word timings (the form asks for them by default): the cue under the play
+    head is shown word by word, and the word spoken at that moment is lit."""
+    open_console(browser, served, "jobs")
+    assert browser.find_element(By.ID, "job-words").is_selected()
+    box = browser.find_element(By.ID, "job-text")
+    box.clear()
+    box.send_keys("The boats came in at dawn. Gulls followed them home.")
+    browser.find_element(By.ID, "job-submit").click()
+    job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
+                   if text_of(d, "status").startswith("submitted job_") else None)
+    row = f'tr[data-job="{job_id}"]'
+    until(browser, lambda d: "completed" in row_text(d, row), 120)
+    click(browser, f'{row} button[aria-label="Play {job_id}"]')
+    until(browser, lambda d: d.find_element(By.ID, "player").is_displayed()
+          and d.find_elements(By.CSS_SELECTOR, "#player-cues li"))
+    downloads = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#player-downloads a")]
+    assert "Word timings (JSON)" in downloads
+    words: list[dict[str, Any]] = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "const url = [...document.querySelectorAll('#player-downloads a')]"
+        "  .find(a => a.textContent === 'Word timings (JSON)').href;"
+        "fetch(url).then(r => r.json()).then(j => done(j.words));")
+    assert [w["word"] for w in words] == [
+        "the", "boats", "came", "in", "at", "dawn", "gulls", "followed", "them", "home"]
+    browser.execute_script("document.getElementById('player-audio').pause();")
+    for n in (1, 5, 7):  # "boats", "dawn." (written form, one for one), "followed"
+        middle = (words[n]["start"] + words[n]["end"]) / 2
+        browser.execute_script(
+            "const a = document.getElementById('player-audio');"
+            "a.currentTime = arguments[0]; a.dispatchEvent(new Event('timeupdate'));", middle)
+        lit = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR,
+                                                       "#player-cue .current-word"))
+        assert len(lit) == 1
+        assert lit[0].text == ["boats", "dawn.", "followed"][(1, 5, 7).index(n)]
+    assert text_of(browser, "player-cue") == "Gulls followed them home."
+
+
 def _cue_middle(browser: WebDriver, n: int) -> float:
     """The middle of cue n, read from the VTT the page loaded."""
     middle: float = browser.execute_async_script(

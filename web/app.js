@@ -226,7 +226,8 @@ document.querySelectorAll('input[name="job-kind"]').forEach((radio) => {
 function jobRequest() {
   const fields = { model: $("job-model").value, voice: $("job-voice").value,
     response_format: $("job-format").value, speed: Number($("job-speed").value),
-    subtitles: [...($("job-srt").checked ? ["srt"] : []), ...($("job-vtt").checked ? ["vtt"] : [])] };
+    subtitles: [["job-srt", "srt"], ["job-vtt", "vtt"], ["job-words", "words"]]
+      .filter(([id]) => $(id).checked).map(([, kind]) => kind) };
   if (kind() === "epub") {
     const file = $("job-file").files[0];
     if (!file) throw new Error("choose an EPUB file first");
@@ -350,6 +351,25 @@ function parseVtt(text) {
   return cues;
 }
 
+// The cue under the play head, word by word where the job has word times: the written
+// words where they match the spoken ones one for one ("dawn."), else the words as spoken
+// ("three forty five p m" for "3:45 p.m."). Each word is lit from its start until the next
+// one starts, so the light does not blink off in the pauses between words.
+function showCue(cue, words) {
+  const box = $("player-cue");
+  const spoken = words.filter((w) => w.start >= cue.start - 0.001 && w.end <= cue.end + 0.001);
+  if (!spoken.length) { box.textContent = cue.text; return; }
+  const written = cue.text.split(/\s+/).filter(Boolean);
+  const shown = written.length === spoken.length ? written : spoken.map((w) => w.word);
+  box.replaceChildren(...shown.flatMap((text, n) => {
+    const span = document.createElement("span");
+    span.textContent = text;
+    span.dataset.start = spoken[n].start;
+    span.dataset.end = n + 1 < spoken.length ? spoken[n + 1].start : spoken[n].end;
+    return n ? [" ", span] : [span];
+  }));
+}
+
 async function openPlayer(job) {
   const player = $("player");
   player.dataset.job = job.id;
@@ -369,6 +389,10 @@ async function openPlayer(job) {
   if (job.result.subtitles?.vtt) {
     cues = parseVtt(await (await fetchAny(job.result.subtitles.vtt)).text());
   }
+  let words = [];  // aligned word times (subtitles "words"), in the book's time
+  if (job.result.subtitles?.words) {
+    words = (await (await fetchAny(job.result.subtitles.words)).json()).words;
+  }
   $("player-cues").replaceChildren(...cues.map((cue) => {
     const item = document.createElement("li");
     item.textContent = cue.text;
@@ -378,24 +402,35 @@ async function openPlayer(job) {
     item.addEventListener("keydown", (e) => { if (e.key === "Enter") seek(); });
     return item;
   }));
-  audio.ontimeupdate = () => {
+  const update = () => {
     const t = audio.currentTime;
     const items = $("player-cues").children;
     cues.forEach((cue, n) => {
       const on = t >= cue.start && t < cue.end;
       if (on && !items[n].classList.contains("current")) {
         items[n].scrollIntoView({ block: "nearest" });
-        $("player-cue").textContent = cue.text;
+        showCue(cue, words);
       }
       items[n].classList.toggle("current", on);
     });
+    for (const word of $("player-cue").children) {
+      word.classList.toggle("current-word",
+        t >= Number(word.dataset.start) && t < Number(word.dataset.end));
+    }
     const chapterItems = $("player-chapters").children;
     chapters.forEach((chapter, n) => chapterItems[n].classList.toggle("current",
       t >= chapter.start_seconds && t < chapter.start_seconds + chapter.duration_seconds));
   };
+  audio.ontimeupdate = update;
+  audio.onplay = () => {  // timeupdate comes 4 times a second: words need every frame
+    const tick = () => { update(); if (!audio.paused) requestAnimationFrame(tick); };
+    requestAnimationFrame(tick);
+  };
   const links = [["Audio", job.result.url, `${job.id}.${job.response_format}`],
     ...chapters.map((c, n) => [`Chapter ${n + 1}${c.title ? `: ${c.title}` : ""}`, c.url, `${job.id}-${n + 1}`]),
-    ...Object.entries(job.result.subtitles ?? {}).map(([k, url]) => [`Subtitles (${k.toUpperCase()})`, url, `${job.id}.${k}`]),
+    ...Object.entries(job.result.subtitles ?? {}).map(([k, url]) => k === "words"
+      ? ["Word timings (JSON)", url, `${job.id}.words.json`]
+      : [`Subtitles (${k.toUpperCase()})`, url, `${job.id}.${k}`]),
     ["Manifest (JSON)", job.result.manifest_url, `${job.id}.json`]];
   $("player-downloads").replaceChildren(...links.filter(([, url]) => url).map(([label, url, name]) => {
     const item = document.createElement("li");

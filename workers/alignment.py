@@ -4,20 +4,20 @@ When a segment of a job that asked for subtitles is done, `narrator.align_segmen
 the CPU workers' `assembly` queue (never the GPU worker: PocketSphinx holds the GIL while it
 decodes, which would stall the engine's output loop). The words it finds are kept in
 `parts/{n}-{attempt}-{samples}.words.json`, so the words of a part synthesised again are
-never used. The assembly builds subtitle cues from them
-(workers.timeline.sentence_cues); a segment without words keeps the estimate, and the
-manifest says which.
+never used. The assembly aligns the segments whose words are not kept by then (words_for),
+and builds subtitle cues from them (workers.timeline.sentence_cues); a segment that does not
+align keeps the estimate, and the manifest says which.
 """
 
 import json
 import threading
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import soundfile as sf
 import structlog
-from sqlalchemy import select
 from sqlalchemy.orm import defer
 
 from core.keys import part_key, parts_prefix
@@ -59,15 +59,6 @@ def wanted(job: Job) -> bool:
     return _wants(job.options)
 
 
-def wanted_for(segment_id: uuid.UUID) -> bool:
-    """Whether the job of a segment has its segments aligned (one query)."""
-    if not get_settings().align_words:
-        return False
-    with session_scope() as session:
-        return _wants(session.scalar(select(Job.options).join(Segment, Segment.job_id == Job.id)
-                                     .where(Segment.id == segment_id)))
-
-
 def words_key(job_id: uuid.UUID, segment: Segment) -> str:
     """Where a segment's words are kept: for this attempt and length of its part only."""
     return f"{parts_prefix(job_id)}/{segment.index:06d}-{segment.attempts}-{segment.samples}" \
@@ -76,7 +67,6 @@ def words_key(job_id: uuid.UUID, segment: Segment) -> str:
 
 def align_segment(segment_id: uuid.UUID, aligner: Aligner | None = None) -> bool:
     """Align one done segment's part with the text it speaks; keep the words. True if kept."""
-    settings = get_settings()
     with session_scope() as session:
         segment = session.get(Segment, segment_id)
         if segment is None or segment.status != SegmentStatus.done:
@@ -85,19 +75,54 @@ def align_segment(segment_id: uuid.UUID, aligner: Aligner | None = None) -> bool
         if job is None or job.status != JobStatus.in_progress or not wanted(job):
             return False
         session.expunge_all()
-    store = store_for()
+    return _align_part(job, segment, store_for(), aligner or _pooled()) is not None
+
+
+def _align_part(job: Job, segment: Segment, store: MediaStore,
+                aligner: Aligner) -> list[Word] | None:
+    """Align a segment's part, keep its words and return them (None: it did not align)."""
     with store.open(part_key(job.id, segment.index)) as f:
         rate = sf.info(f).samplerate
     audio = assembly.read_part(segment, store, lambda s: part_key(job.id, s.index))
     language = job.options.get("language")
-    text = spoken(segment.text, language) if settings.normalize_text else segment.text
-    words = (aligner or _pooled()).align(audio, rate, text)
+    text = spoken(segment.text, language) if get_settings().normalize_text else segment.text
+    words = aligner.align(audio, rate, text)
     if words is None:
         log.info("segment.align_failed", job_id=str(job.id), segment=segment.index)
-        return False
+        return None
     store.put(words_key(job.id, segment), json.dumps(
         [[w.word, w.start, w.end, w.estimated] for w in words]).encode())
-    return True
+    return words
+
+
+def words_for(job: Job, segments: list[Segment], store: MediaStore,
+              aligner: Aligner | None = None) -> Callable[[Segment], list[Word] | None]:
+    """Each segment's words for its job's assembly: those kept, and the rest aligned now.
+
+    The align tasks sent as segments finish may still be running when the last segment's
+    assembly starts (or were never sent: no CPU worker ran), so without this the book's last
+    segments would keep the estimate. The missing ones are aligned here, as many at once as
+    the pool has processes; one that fails keeps the estimate.
+    """
+    kept = kept_words(store, job.id)
+    found = {s.index: kept(s) for s in segments}
+    missing = [s for s in segments if found[s.index] is None]
+    if missing:
+        aligner = aligner or _pooled()
+
+        def align(segment: Segment) -> list[Word] | None:
+            try:
+                return _align_part(job, segment, store, aligner)
+            except Exception:  # the estimate, as for a segment that did not align
+                log.warning("segment.align_failed", job_id=str(job.id), segment=segment.index,
+                            exc_info=True)
+                return None
+
+        with ThreadPoolExecutor(getattr(aligner, "processes", 1)) as pool:
+            for segment, words in zip(missing, pool.map(align, missing), strict=True):
+                found[segment.index] = words
+        log.info("job.aligned_at_assembly", job_id=str(job.id), segments=len(missing))
+    return lambda segment: found.get(segment.index)
 
 
 def kept_words(store: MediaStore, job_id: uuid.UUID) -> Callable[[Segment], list[Word] | None]:

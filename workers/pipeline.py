@@ -155,8 +155,18 @@ def hand_back() -> list[tuple[uuid.UUID, str]]:
     return [(segment_id, models[job_id]) for segment_id, job_id in rows]
 
 
-def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID | None:
-    """Claim and synthesise one segment; return the job id if it was the last to finish."""
+@dataclass(frozen=True)
+class Synthesized:
+    """A segment this worker finished: its job, whether it was the job's last, and whether
+    the job has its segments aligned (read with the job, so the task asks nothing more)."""
+
+    job_id: uuid.UUID
+    last: bool
+    aligned: bool
+
+
+def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesized | None:
+    """Claim and synthesise one segment; None if this worker did not finish it."""
     settings = get_settings()
     job_running = exists().where(Job.id == Segment.job_id, Job.status == JobStatus.in_progress)
     with session_scope() as session:
@@ -178,6 +188,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
         rate = quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
                                         job.speed)
         language = job.options.get("language")
+        aligned = alignment.wanted(job)
         request = SpeechRequest(
             text=spoken(text, language) if settings.normalize_text else text,
             voice=job.voice, speed=job.speed,
@@ -216,7 +227,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> uuid.UUID
     # and the bookkeeping after it; bench.gpu_product reads these from the worker's log.
     log.info("segment.done", seconds=round(seconds, 3), engine_s=round(synthesized - started, 3),
              write_s=round(written - synthesized, 3), db_s=round(time.monotonic() - written, 3))
-    return job_id if done >= total and status == JobStatus.in_progress else None
+    return Synthesized(job_id, done >= total and status == JobStatus.in_progress, aligned)
 
 
 def release(segment_id: uuid.UUID, error: str, max_attempts: int) -> bool:
@@ -344,7 +355,7 @@ def assemble(job_id: uuid.UUID) -> Assembled:
                                    lambda s: part_key(job_id, s.index), settings.loudness_lufs,
                                    checks={"text": text_check},
                                    threads=settings.assembly_threads,
-                                   words=alignment.kept_words(store, job_id)
+                                   words=alignment.words_for(job, list(segments), store)
                                    if alignment.wanted(job) else None,
                                    normalized=settings.normalize_text)
     except assembly.PartLost as lost:

@@ -325,7 +325,7 @@ def plan_many(job_ids: list[str]) -> None:
 def synthesize(self: Task[Any, Any], segment_id: str) -> None:
     """Synthesise one segment; the last one to finish enqueues assembly."""
     try:
-        job_id = pipeline.synthesize(uuid.UUID(segment_id))
+        done = pipeline.synthesize(uuid.UUID(segment_id))
     except Exception as exc:
         log.exception("segment.failed", segment_id=segment_id)
         settings = get_settings()
@@ -337,12 +337,14 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         if job is not None:
             notify.apply_async((str(job),), queue=BATCH)  # the job failed: tell its owner
         return
-    if assembler_live() and alignment.wanted_for(uuid.UUID(segment_id)):
+    if done is None:
+        return
+    if done.aligned and assembler_live():
         # Word times for its subtitles, on a CPU worker: sent before the assembly, which
         # uses what is kept by then (the estimate for the rest, marked in the manifest).
         align_segment.apply_async((segment_id,), queue=ASSEMBLY)
-    if job_id is not None:
-        assemble.apply_async((str(job_id),), queue=assembly_queue())
+    if done.last:
+        assemble.apply_async((str(done.job_id),), queue=assembly_queue())
     elif assembler_live() and (ready := progressive.fragment_ready(uuid.UUID(segment_id))):
         # Its MP3 fragment can be encoded now, on a CPU worker, while the rest is synthesised:
         # what is left after the last segment is then a join, not the whole book's encode.

@@ -1,5 +1,6 @@
 """Where everything sits in a job's audio: segment offsets, chapter spans, cues, manifest."""
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import groupby
@@ -12,6 +13,24 @@ from models import Job, Segment
 from workers.aligners import Word, words_of
 
 Words = Callable[[Segment], "list[Word] | None"]  # a segment's aligned words, if kept
+
+# A cue longer than two subtitle lines of 42 characters is split at its clauses.
+CUE_MAX_CHARS = 84
+_CLAUSE_END = re.compile(r"(?<=[,;:\u2013\u2014])\s+")  # , ; : – — then a space ("1,000" stays)
+
+
+def clauses(sentence: str, limit: int = CUE_MAX_CHARS) -> list[str]:
+    """Split a sentence longer than `limit` after its commas, semicolons, colons and dashes,
+    joining neighbours again while they fit; one without such a break stays whole."""
+    if len(sentence) <= limit:
+        return [sentence]
+    out: list[str] = []
+    for piece in _CLAUSE_END.split(sentence):
+        if out and len(out[-1]) + 1 + len(piece) <= limit:
+            out[-1] += " " + piece
+        else:
+            out.append(piece)
+    return out
 
 
 def timestamp(seconds: float, sep: str) -> str:
@@ -139,7 +158,8 @@ def chapter_spans(job: Job, segments: list[Segment], timeline: Timeline) -> list
 def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
                   words: Words | None = None, normalized: bool = True
                   ) -> tuple[list[tuple[float, float, str]], list[str]]:
-    """One cue per sentence, (start s, end s, text), and each segment's timing.
+    """One cue per sentence (per clause where it is long: `clauses`), (start s, end s,
+    text), and each segment's timing.
 
     Each segment's span is exact, from the sample counts of its part. Inside a segment, a
     sentence runs from its first word's start to its last word's end where `words` has the
@@ -157,17 +177,19 @@ def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
         spans = _word_spans(parts, placed, language, normalized) if placed else None
         if spans is not None:
             timing.append("aligned")
-            cues += [((start + a) / timeline.rate, (start + b) / timeline.rate, part)
-                     for part, (a, b) in zip(parts, spans, strict=True)]
+            cues += [((start + a) / timeline.rate, (start + b) / timeline.rate, text)
+                     for part, span in zip(parts, spans, strict=True)
+                     for text, (a, b) in _clause_spans(part, span, language, normalized)]
             continue
         timing.append("estimated")
-        weights = [max(1, sum(ch.isalnum() for ch in part)) for part in parts]
+        pieces = [clause for part in parts for clause in clauses(part)]
+        weights = [max(1, sum(ch.isalnum() for ch in piece)) for piece in pieces]
         total, done = sum(weights), 0
-        for part, weight in zip(parts, weights, strict=True):
+        for piece, weight in zip(pieces, weights, strict=True):
             begin = start + samples * done // total
             done += weight
             cues.append((begin / timeline.rate, (start + samples * done // total) / timeline.rate,
-                         part))
+                         piece))
     return cues, timing
 
 
@@ -185,17 +207,37 @@ def word_track(segments: list[Segment], timeline: Timeline, words: Words | None,
         s.index for s, kind in zip(segments, timing, strict=True) if kind == "estimated"]}
 
 
+def _counts(parts: list[str], language: str, normalized: bool) -> list[int]:
+    """How many spoken words each written part has (as the aligner was given them)."""
+    return [len(words_of(spoken(part, language) if normalized else part)) for part in parts]
+
+
 def _word_spans(parts: list[str], placed: "list[Word]", language: str,
-                normalized: bool) -> list[tuple[int, int]] | None:
-    """Each written sentence's span in its segment, from its words; None if they disagree."""
-    counts = [len(words_of(spoken(part, language) if normalized else part)) for part in parts]
+                normalized: bool) -> "list[list[Word]] | None":
+    """Each written sentence's words in its segment; None if the counts disagree."""
+    counts = _counts(parts, language, normalized)
     if 0 in counts or sum(counts) != len(placed):
         return None
     spans, at = [], 0
     for count in counts:
-        spans.append((placed[at].start, placed[at + count - 1].end))
+        spans.append(placed[at:at + count])
         at += count
     return spans
+
+
+def _clause_spans(sentence: str, placed: "list[Word]", language: str,
+                  normalized: bool) -> list[tuple[str, tuple[int, int]]]:
+    """A sentence's cues from its words: one per clause where it is long (`clauses`) and
+    its clauses' spoken words add up to the sentence's, else the whole sentence."""
+    pieces = clauses(sentence)
+    counts = _counts(pieces, language, normalized)
+    if len(pieces) == 1 or 0 in counts or sum(counts) != len(placed):
+        return [(sentence, (placed[0].start, placed[-1].end))]
+    out, at = [], 0
+    for piece, count in zip(pieces, counts, strict=True):
+        out.append((piece, (placed[at].start, placed[at + count - 1].end)))
+        at += count
+    return out
 
 
 def manifest(job: Job, segments: list[Segment], timeline: Timeline,
