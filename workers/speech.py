@@ -123,10 +123,18 @@ def stream(payload: dict[str, Any]) -> None:
     pulse = _pulse(request_id)
     samples = 0
     started = time.perf_counter()
+    sent_at = payload.get("sent_at")  # the API's clock: one host's, in a bench
     try:
         engine = get_engine()
         pulse.start(Message("meta", {"sample_rate": engine.sample_rate, "worker": worker_id()}))
-        for chunk in _pieces_streamed(engine, requests_for(payload)):
+        requests = requests_for(payload)
+        asked = time.perf_counter()
+        for chunk in _pieces_streamed(engine, requests):
+            if not samples:  # where a first chunk's time goes, before the engine and in it
+                log.info("speech.first_chunk", engine_ms=round(
+                    (time.perf_counter() - asked) * 1000, 1), waited_ms=round(
+                    (time.time() - sent_at) * 1000 - (time.perf_counter() - started) * 1000,
+                    1) if sent_at else None, pieces=len(requests))
             samples += len(chunk)
             pulse.publish(Message("data", data=to_pcm16(chunk)))
     except Exception as exc:

@@ -2,6 +2,7 @@
 
 import time
 
+import structlog
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
@@ -17,6 +18,7 @@ from core.queues import SPEAK, model_queues
 from core.text import strip_pauses
 
 router = APIRouter()
+log = structlog.get_logger()
 
 
 @router.post("/v1/audio/speech", response_class=Response,
@@ -40,7 +42,7 @@ async def create_speech(body: SpeechBody, request: Request, state: StateDep,
     request_id: str = request.state.request_id  # api.observability: also the channel's name
     payload = {"request_id": request_id, "input": text, "model": model.id, "voice": voice.id,
                "response_format": body.response_format, "speed": body.speed,
-               "stream": streamed, **body.extras()}
+               "stream": streamed, "sent_at": time.time(), **body.extras()}
     timeout = state.settings.sync_timeout_seconds
     try:
         state.celery.send_task(SPEAK, args=[payload],
@@ -75,8 +77,12 @@ async def _stream(body: SpeechBody, state: State, request_id: str, characters: i
     frames = streaming.listen(state.channel, request_id, timeout,
                               state.settings.sync_silence_seconds)
     meta = await streaming.first_frame(frames, timeout)
-    frames = streaming.on_first_audio(frames, lambda: metrics.first_chunk.labels(
-        model, "true").observe(time.perf_counter() - started))
+    def first_audio() -> None:
+        seconds = time.perf_counter() - started
+        metrics.first_chunk.labels(model, "true").observe(seconds)
+        log.info("speech.first_audio", ms=round(seconds * 1000, 1))  # the worker's part: its log
+
+    frames = streaming.on_first_audio(frames, first_audio)
     rate = int(meta.meta["sample_rate"])
     headers = {"X-Sample-Rate": str(rate)}
     if body.stream_format == "sse":
