@@ -7,6 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 Format = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 JobFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "m4b"]  # m4b: chapter marks
 Subtitle = Literal["srt", "vtt", "words"]  # words: JSON word times (English, aligned)
+# The recognition check: "flag" hears each segment back and flags the misheard ones (English);
+# "retry" (synthesise those again) is not built yet, so it is refused, not ignored.
+Verify = Literal["off", "flag"]
 
 
 class VoiceRef(BaseModel):
@@ -70,11 +73,16 @@ class JobBody(SpeechFields):
     output_url: Annotated[StrictStr, Field(max_length=1024)] | None = None
     webhook_url: Annotated[StrictStr, Field(max_length=2048)] | None = None
     subtitles: list[Subtitle] = Field(default_factory=list)
+    verify: Verify = "off"
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _words_in_english(self) -> "JobBody":
-        if "words" in self.subtitles and (self.language or "en")[:2].lower() != "en":
+        english = (self.language or "en")[:2].lower() == "en"
+        if "words" in self.subtitles and not english:
             raise ValueError("subtitles 'words' come from forced alignment, which covers "
                              "English only; leave 'words' out for this language")
+        if self.verify != "off" and not english:
+            raise ValueError("verify hears each segment back with an English recogniser; "
+                             "leave verify out for this language")
         return self

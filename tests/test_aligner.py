@@ -66,6 +66,20 @@ def test_threads_aligning_at_once_get_what_one_thread_gets(
             assert together == [alone[n % 4] for n in range(16)]
 
 
+def test_threads_hearing_at_once_get_what_one_thread_gets(
+        spoken: tuple[list[np.ndarray], int]) -> None:
+    """The recogniser's language model is the text's: texts heard at once from threads
+    each come back as heard alone (one utterance and one model at a time), all of it."""
+    clips, rate = spoken
+    aligner = SphinxAligner()
+    alone = [aligner.transcribe(c, rate, t) for c, t in zip(clips, TEXTS, strict=True)]
+    assert alone == [words_of(t) for t in TEXTS]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda n: aligner.transcribe(clips[n % 4], rate,
+                                                              TEXTS[n % 4]), range(16)))
+    assert together == [alone[n % 4] for n in range(16)]
+
+
 def test_a_word_outside_the_dictionary_is_placed_between_its_neighbours(
         spoken: tuple[list[np.ndarray], int]) -> None:
     clips, rate = spoken
@@ -154,7 +168,7 @@ def test_segments_whose_words_are_not_kept_yet_are_aligned_by_the_assembly(
     for segment_id in ids:  # no align task runs for them
         done = pipeline.synthesize(segment_id, engine=engine)
         assert done is not None
-        assert done.aligned
+        assert done.checked
     assert pipeline.assemble(job_id).outcome == "completed"
     with db.connect() as connection:
         result = connection.execute(text("SELECT result FROM jobs WHERE id = :id"),
@@ -164,3 +178,87 @@ def test_segments_whose_words_are_not_kept_yet_are_aligned_by_the_assembly(
     assert manifest["timing"] == {"aligned": 2, "estimated": 0}
     track = json.loads(store.get(result["subtitles"]["words"]))
     assert [w["word"] for w in track["words"]][:3] == ["the", "boats", "came"]
+
+
+VERIFY_BOOK = [
+    "The ferry left the harbour at dawn. The gulls followed it out. Nobody said a word.",
+    "By noon the fog had lifted. The captain counted the crates. There were fourteen.",
+    "Her brother had warned her about the crossing. It was never the wind. It was the tide.",
+    "In the afternoon the island came into view. It had a white church. The bells rang.",
+    "The keeper walked down to the pier. He carried a lamp. The boat came in slowly.",
+    "They unloaded the crates by lantern light. The children watched. Then they slept.",
+]
+
+
+def test_verify_flags_a_segment_that_dropped_sentences_or_speaks_another_text(
+        pipeline_env: None, db: Engine) -> None:
+    """verify "flag": every segment is heard back; a part whose last two sentences are
+    silent, and one holding another segment's speech, are flagged against the job's median;
+    the clean ones are not."""
+    import json
+    import uuid
+
+    import soundfile as sf
+
+    from core.catalog import catalog
+    from core.keys import part_key
+    from storage import store_for
+    from tests.support import insert_job
+    from workers import assembly, pipeline
+    from workers.engines.piper import PiperEngine
+    from workers.settings import get_settings
+
+    job_id = uuid.UUID(str(insert_job(db, ["\n\n".join(VERIFY_BOOK)], "wav",
+                                      {"subtitles": [], "verify": "flag"})))
+    _, ids = pipeline.plan(job_id)
+    assert len(ids) == len(VERIFY_BOOK)
+    engine = PiperEngine(catalog(get_settings())[0])
+    for segment_id in ids:
+        done = pipeline.synthesize(segment_id, engine=engine)
+        assert done is not None
+        assert done.checked
+    store = store_for()
+
+    def part(n: int) -> np.ndarray:
+        with store.open(part_key(job_id, n)) as f:
+            audio, _ = sf.read(f, dtype="float32")
+        return np.asarray(audio)
+
+    dropped = part(1)
+    dropped[len(dropped) // 3:] = 0.0  # its last two sentences are not spoken
+    store.put(part_key(job_id, 1), assembly.part_bytes(dropped, engine.sample_rate))
+    other, own = part(0), len(part(3))  # segment 0's speech, at segment 3's length
+    swapped = np.zeros(own, dtype=np.float32)
+    swapped[:min(own, len(other))] = other[:own]
+    store.put(part_key(job_id, 3), assembly.part_bytes(swapped, engine.sample_rate))
+
+    assert pipeline.assemble(job_id).outcome == "completed"
+    with db.connect() as connection:
+        result = connection.execute(text("SELECT result FROM jobs WHERE id = :id"),
+                                    {"id": job_id}).scalar_one()
+    verification = result["verification"]
+    assert verification["flagged"] == [1, 3], verification
+    assert verification["unchecked"] == []
+    assert {w["index"] for w in verification["worst"][:2]} == {1, 3}
+    manifest = json.loads(store.get(result["manifest_key"]))
+    assert manifest["verification"] == verification
+    segments = manifest["segments"]
+    assert all(0.0 <= s["wer"] <= 1.5 for s in segments)
+    assert [s.get("misheard", False) for s in segments] == [
+        False, True, False, True, False, False]
+    clean = [s["wer"] for s in segments if not s.get("misheard")]
+    assert max(clean) <= verification["threshold"]
+
+
+def test_the_verification_summary_compares_each_segment_with_the_jobs_median() -> None:
+    from workers.alignment import verification, word_error_rate
+
+    assert word_error_rate(["a", "b", "c", "d"], ["a", "x", "c"]) == 0.5
+    assert word_error_rate(["a"], []) == 1.0
+    assert word_error_rate([], []) == 0.0
+    summary = verification({0: 0.1, 1: 0.2, 2: 0.15, 3: 0.9, 4: None}, 0.3)
+    assert summary["median_wer"] == 0.175
+    assert summary["threshold"] == 0.475
+    assert summary["flagged"] == [3]
+    assert summary["worst"][0] == {"index": 3, "wer": 0.9}
+    assert summary["unchecked"] == [4]

@@ -77,10 +77,13 @@ def test_sync_text_over_the_limit_points_at_jobs(local_stack: Stack, db: Engine)
     {"chapters": [{"title": "x", "input": "  "}]},
     {"input": "Hello.", "subtitles": ["ass"]},
     {"input": "Bonjour.", "language": "fr", "subtitles": ["srt", "words"]},
+    {"input": "Hello.", "verify": "retry"},
+    {"input": "Bonjour.", "language": "fr", "verify": "flag"},
     {"input": "Hello.", "output_url": "s3://elsewhere/prefix"},
     {"input": "x" * 2_000_001},
 ], ids=["input and chapters", "no chapters", "blank chapter", "bad subtitle kind",
-        "word times in a language not aligned", "output_url not allowed",
+        "word times in a language not aligned", "verify retry (not built)",
+        "verify in a language not recognised", "output_url not allowed",
         "over the job limit"])
 def test_bad_job_bodies_are_400_and_create_nothing(local_stack: Stack, db: Engine,
                                                    body: dict[str, Any]) -> None:

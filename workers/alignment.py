@@ -10,6 +10,7 @@ align keeps the estimate, and the manifest says which.
 """
 
 import json
+import statistics
 import threading
 import uuid
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from models import Job, JobStatus, Segment, SegmentStatus
 from models.db import session_scope
 from storage import MediaStore, store_for
 from workers import assembly
-from workers.aligners import Aligner, Word
+from workers.aligners import Aligner, Word, words_of
 from workers.aligners.pool import PooledAligner
 from workers.assembly import cores
 from workers.settings import get_settings
@@ -48,15 +49,28 @@ def _pooled() -> PooledAligner:
 LANGUAGES = ("en",)  # what the CPU aligner's acoustic model and dictionary cover
 
 
+def _english(options: dict[str, Any] | None) -> bool:
+    return ((options or {}).get("language") or "en")[:2] in LANGUAGES
+
+
 def _wants(options: dict[str, Any] | None) -> bool:
-    language = ((options or {}).get("language") or "en")[:2]
     return get_settings().align_words and bool((options or {}).get("subtitles")) \
-        and language in LANGUAGES
+        and _english(options)
 
 
 def wanted(job: Job) -> bool:
     """Whether a job's segments are aligned: it asked for subtitles, in a language we align."""
     return _wants(job.options)
+
+
+def verifies(job: Job) -> bool:
+    """Whether a job's segments are heard back (the recognition check, `verify`)."""
+    return (job.options.get("verify") or "off") != "off" and _english(job.options)
+
+
+def checked(job: Job) -> bool:
+    """Whether a job's finished segments go to the CPU workers for a check of either kind."""
+    return wanted(job) or verifies(job)
 
 
 def words_key(job_id: uuid.UUID, segment: Segment) -> str:
@@ -65,64 +79,138 @@ def words_key(job_id: uuid.UUID, segment: Segment) -> str:
         ".words.json"
 
 
+def heard_key(job_id: uuid.UUID, segment: Segment) -> str:
+    """Where what the recogniser heard in a segment's part is kept (as words_key)."""
+    return words_key(job_id, segment).removesuffix(".words.json") + ".heard.json"
+
+
+def word_error_rate(expected: list[str], heard: list[str]) -> float:
+    """Word error rate of what was heard against the words the segment was to speak."""
+    if not expected:
+        return 0.0 if not heard else 1.0
+    if not heard:
+        return 1.0
+    import jiwer
+
+    return float(jiwer.wer(" ".join(expected), " ".join(heard)))
+
+
 def align_segment(segment_id: uuid.UUID, aligner: Aligner | None = None) -> bool:
-    """Align one done segment's part with the text it speaks; keep the words. True if kept."""
+    """Check one done segment's part: align it with the text it speaks (subtitles) and hear
+    it back (`verify`), keeping what each finds. True if anything was kept."""
     with session_scope() as session:
         segment = session.get(Segment, segment_id)
         if segment is None or segment.status != SegmentStatus.done:
             return False
         job = session.get(Job, segment.job_id, options=[defer(Job.chapters, raiseload=True)])
-        if job is None or job.status != JobStatus.in_progress or not wanted(job):
+        if job is None or job.status != JobStatus.in_progress or not checked(job):
             return False
         session.expunge_all()
-    return _align_part(job, segment, store_for(), aligner or _pooled()) is not None
+    words, wer = _check_part(job, segment, store_for(), aligner or _pooled(),
+                             align=wanted(job), hear=verifies(job))
+    return words is not None or wer is not None
 
 
-def _align_part(job: Job, segment: Segment, store: MediaStore,
-                aligner: Aligner) -> list[Word] | None:
-    """Align a segment's part, keep its words and return them (None: it did not align)."""
+def _check_part(job: Job, segment: Segment, store: MediaStore, checker: Any, *, align: bool,
+                hear: bool) -> tuple[list[Word] | None, float | None]:
+    """Align and/or hear a segment's part and keep what was found: (words, error rate)."""
     with store.open(part_key(job.id, segment.index)) as f:
         rate = sf.info(f).samplerate
     audio = assembly.read_part(segment, store, lambda s: part_key(job.id, s.index))
     language = job.options.get("language")
     text = spoken(segment.text, language) if get_settings().normalize_text else segment.text
-    words = aligner.align(audio, rate, text)
-    if words is None:
-        log.info("segment.align_failed", job_id=str(job.id), segment=segment.index)
-        return None
-    store.put(words_key(job.id, segment), json.dumps(
-        [[w.word, w.start, w.end, w.estimated] for w in words]).encode())
-    return words
+    words = wer = None
+    if align:
+        words = checker.align(audio, rate, text)
+        if words is None:
+            log.info("segment.align_failed", job_id=str(job.id), segment=segment.index)
+        else:
+            store.put(words_key(job.id, segment), json.dumps(
+                [[w.word, w.start, w.end, w.estimated] for w in words]).encode())
+    if hear:
+        heard = checker.transcribe(audio, rate, text)
+        if heard is not None:
+            wer = word_error_rate(words_of(text), heard)
+            store.put(heard_key(job.id, segment), json.dumps(
+                {"heard": " ".join(heard), "wer": wer}).encode())
+    return words, wer
 
 
-def words_for(job: Job, segments: list[Segment], store: MediaStore,
-              aligner: Aligner | None = None) -> Callable[[Segment], list[Word] | None]:
-    """Each segment's words for its job's assembly: those kept, and the rest aligned now.
+class Checks:
+    """What the assembly uses of a job's segment checks: words and word error rates."""
 
-    The align tasks sent as segments finish may still be running when the last segment's
-    assembly starts (or were never sent: no CPU worker ran), so without this the book's last
-    segments would keep the estimate. The missing ones are aligned here, as many at once as
-    the pool has processes; one that fails keeps the estimate.
+    def __init__(self) -> None:
+        self.words: dict[int, list[Word] | None] = {}
+        self.wer: dict[int, float | None] = {}
+
+    def words_of(self, segment: Segment) -> list[Word] | None:
+        """Return a segment's aligned words (None: it has none)."""
+        return self.words.get(segment.index)
+
+
+def checks_for(job: Job, segments: list[Segment], store: MediaStore,
+               checker: Any = None) -> Checks:
+    """Each segment's checks for its job's assembly: those kept, and the rest done now.
+
+    The tasks sent as segments finish may still be running when the last segment's assembly
+    starts (or were never sent: no CPU worker ran), so without this the book's last segments
+    would keep the estimate and go unheard. The missing ones are checked here, as many at once
+    as the pool has processes; one that fails keeps the estimate (and is listed unchecked).
     """
+    align, hear = wanted(job), verifies(job)
+    found = Checks()
     kept = kept_words(store, job.id)
-    found = {s.index: kept(s) for s in segments}
-    missing = [s for s in segments if found[s.index] is None]
-    if missing:
-        aligner = aligner or _pooled()
+    for s in segments:
+        if align:
+            found.words[s.index] = kept(s)
+        if hear:
+            found.wer[s.index] = _kept_wer(store, job.id, s)
+    missing = [s for s in segments if (align and found.words[s.index] is None)
+               or (hear and found.wer[s.index] is None)]
+    if not missing:
+        return found
+    checker = checker or _pooled()
 
-        def align(segment: Segment) -> list[Word] | None:
-            try:
-                return _align_part(job, segment, store, aligner)
-            except Exception:  # the estimate, as for a segment that did not align
-                log.warning("segment.align_failed", job_id=str(job.id), segment=segment.index,
-                            exc_info=True)
-                return None
+    def check(segment: Segment) -> tuple[list[Word] | None, float | None]:
+        try:
+            return _check_part(job, segment, store, checker,
+                               align=align and found.words[segment.index] is None,
+                               hear=hear and found.wer[segment.index] is None)
+        except Exception:  # the estimate, as for a segment that did not align
+            log.warning("segment.check_failed", job_id=str(job.id), segment=segment.index,
+                        exc_info=True)
+            return None, None
 
-        with ThreadPoolExecutor(getattr(aligner, "processes", 1)) as pool:
-            for segment, words in zip(missing, pool.map(align, missing), strict=True):
-                found[segment.index] = words
-        log.info("job.aligned_at_assembly", job_id=str(job.id), segments=len(missing))
-    return lambda segment: found.get(segment.index)
+    with ThreadPoolExecutor(getattr(checker, "processes", 1)) as pool:
+        for segment, (words, wer) in zip(missing, pool.map(check, missing), strict=True):
+            if words is not None:
+                found.words[segment.index] = words
+            if wer is not None:
+                found.wer[segment.index] = wer
+    log.info("job.checked_at_assembly", job_id=str(job.id), segments=len(missing))
+    return found
+
+
+def verification(wer: dict[int, float | None], margin: float) -> dict[str, Any]:
+    """The job's recognition check: its median word error rate, the segments far above it
+    (more than `margin` over the median: flagged), the worst five, and any unchecked."""
+    rates = sorted(v for v in wer.values() if v is not None)
+    median = statistics.median(rates) if rates else None
+    threshold = None if median is None else round(median + margin, 4)
+    flagged = [n for n, v in sorted(wer.items())
+               if v is not None and threshold is not None and v > threshold]
+    worst = sorted(((n, v) for n, v in wer.items() if v is not None), key=lambda p: -p[1])[:5]
+    return {"median_wer": median, "threshold": threshold, "flagged": flagged,
+            "worst": [{"index": n, "wer": round(v, 4)} for n, v in worst],
+            "unchecked": [n for n, v in sorted(wer.items()) if v is None]}
+
+
+def _kept_wer(store: MediaStore, job_id: uuid.UUID, segment: Segment) -> float | None:
+    try:
+        with store.open(heard_key(job_id, segment)) as f:
+            return float(json.loads(f.read())["wer"])
+    except FileNotFoundError:
+        return None
 
 
 def kept_words(store: MediaStore, job_id: uuid.UUID) -> Callable[[Segment], list[Word] | None]:

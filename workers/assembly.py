@@ -257,7 +257,9 @@ def _encode_mp3(segments: list[Segment], finished: Callable[[Segment], Audio],
 def assemble(job: Job, segments: list[Segment], store: MediaStore, target: MediaStore,
              part_key: Callable[[Segment], str], lufs: float = 0.0,
              checks: dict[str, Any] | None = None, threads: int = 0,
-             words: Words | None = None, normalized: bool = True) -> dict[str, Any]:
+             words: Words | None = None, normalized: bool = True,
+             heard: tuple[dict[int, float | None], dict[str, Any]] | None = None
+             ) -> dict[str, Any]:
     """Write the job's media to `target`; return the result record (keys, not URLs).
 
     Each part is normalised to `lufs` integrated loudness (0: left as synthesised). Each is
@@ -265,6 +267,8 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     Parts are read and finished on `threads` threads (0: one per core); MP3 is encoded on
     them too, in fragments (fragments.py), other formats by one encoder. Subtitle cues come
     from `words` where a segment has them (timeline.sentence_cues), else are estimated.
+    `heard`: each segment's word error rate and the job's verification summary (`verify`),
+    recorded in the manifest and the result.
     """
     try:
         with store.open(part_key(segments[0])) as f:
@@ -317,8 +321,9 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         target.put(subtitle_keys[kind], subtitles(cues, kind).encode())
     target.put(f"{base}/manifest.json",
                json.dumps(manifest(job, segments, timeline, chapters, checks,
-                                   timing if subtitle_keys else None), indent=1).encode())
+                                   timing if subtitle_keys else None, heard), indent=1).encode())
     return {"store": job.output_url, "sample_rate": rate,
             "duration_seconds": timeline.total / rate, "key": f"{base}/audio.{ext}",
             "bytes": size, "chapters": chapters, "subtitles": subtitle_keys,
-            "manifest_key": f"{base}/manifest.json"}
+            "manifest_key": f"{base}/manifest.json"} | (
+        {"verification": heard[1]} if heard is not None else {})

@@ -158,11 +158,12 @@ def hand_back() -> list[tuple[uuid.UUID, str]]:
 @dataclass(frozen=True)
 class Synthesized:
     """A segment this worker finished: its job, whether it was the job's last, and whether
-    the job has its segments aligned (read with the job, so the task asks nothing more)."""
+    the job has its segments checked, aligned or heard back (read with the job, so the task
+    asks nothing more)."""
 
     job_id: uuid.UUID
     last: bool
-    aligned: bool
+    checked: bool
 
 
 def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesized | None:
@@ -188,7 +189,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         rate = quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
                                         job.speed)
         language = job.options.get("language")
-        aligned = alignment.wanted(job)
+        checked = alignment.checked(job)
         request = SpeechRequest(
             text=spoken(text, language) if settings.normalize_text else text,
             voice=job.voice, speed=job.speed,
@@ -227,7 +228,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
     # and the bookkeeping after it; bench.gpu_product reads these from the worker's log.
     log.info("segment.done", seconds=round(seconds, 3), engine_s=round(synthesized - started, 3),
              write_s=round(written - synthesized, 3), db_s=round(time.monotonic() - written, 3))
-    return Synthesized(job_id, done >= total and status == JobStatus.in_progress, aligned)
+    return Synthesized(job_id, done >= total and status == JobStatus.in_progress, checked)
 
 
 def release(segment_id: uuid.UUID, error: str, max_attempts: int) -> bool:
@@ -351,13 +352,19 @@ def assemble(job_id: uuid.UUID) -> Assembled:
     store = store_for()
     target = result_store(job.output_url)
     try:
+        checked = alignment.checks_for(job, list(segments), store) \
+            if alignment.checked(job) else None
+        verified = alignment.verification(checked.wer, settings.verify_wer_margin) \
+            if checked is not None and alignment.verifies(job) else None
         result = assembly.assemble(job, list(segments), store, target,
                                    lambda s: part_key(job_id, s.index), settings.loudness_lufs,
                                    checks={"text": text_check},
                                    threads=settings.assembly_threads,
-                                   words=alignment.words_for(job, list(segments), store)
-                                   if alignment.wanted(job) else None,
-                                   normalized=settings.normalize_text)
+                                   words=checked.words_of
+                                   if checked is not None and alignment.wanted(job) else None,
+                                   normalized=settings.normalize_text,
+                                   heard=(checked.wer, verified)
+                                   if checked is not None and verified is not None else None)
     except assembly.PartLost as lost:
         return _synthesize_again(job, lost, settings.segment_max_attempts)
     with session_scope() as session:

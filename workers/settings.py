@@ -25,6 +25,9 @@ class WorkerSettings(CoreSettings):
     # segment force-aligned on a CPU worker (PocketSphinx); false: cues are estimated.
     align_words: bool = True
     align_processes: int = 0  # processes a CPU worker aligns in at once; 0: half its cores
+    # verify "flag": a segment whose word error rate (what the recogniser heard against its
+    # text) is more than this above its job's median is flagged in the manifest and the job.
+    verify_wer_margin: float = 0.3
     # Liveness: each worker beats every WORKER_HEARTBEAT_SECONDS; one silent for
     # WORKER_DEAD_SECONDS is dead, and the reaper (every REAPER_INTERVAL_SECONDS, in every
     # worker) hands its running segments on, however long segments take.

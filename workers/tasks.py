@@ -339,9 +339,9 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
         return
     if done is None:
         return
-    if done.aligned and assembler_live():
-        # Word times for its subtitles, on a CPU worker: sent before the assembly, which
-        # uses what is kept by then (the estimate for the rest, marked in the manifest).
+    if done.checked and assembler_live():
+        # Word times for its subtitles and the recognition check, on a CPU worker: sent
+        # before the assembly, which does what is not done by then.
         align_segment.apply_async((segment_id,), queue=ASSEMBLY)
     if done.last:
         assemble.apply_async((str(done.job_id),), queue=assembly_queue())

@@ -242,12 +242,18 @@ def _clause_spans(sentence: str, placed: "list[Word]", language: str,
 
 def manifest(job: Job, segments: list[Segment], timeline: Timeline,
              chapters: list[dict[str, Any]], checks: dict[str, Any] | None,
-             timing: list[str] | None = None) -> dict[str, Any]:
+             timing: list[str] | None = None,
+             heard: tuple[dict[int, float | None], dict[str, Any]] | None = None
+             ) -> dict[str, Any]:
     """Return the manifest: settings, usage, chapters, checks, and one entry per segment
-    (with its cues' `timing`, aligned or estimated, where the job has subtitles)."""
+    (with its cues' `timing`, aligned or estimated, where the job has subtitles, and its word
+    error rate `wer` and a `misheard` flag where the job asked to `verify`)."""
     rate = timeline.rate
     summary = {"timing": {kind: timing.count(kind) for kind in ("aligned", "estimated")}} \
         if timing is not None else {}
+    if heard is not None:
+        summary["verification"] = heard[1]
+    wer, flagged = (heard[0], set(heard[1]["flagged"])) if heard is not None else ({}, set())
     return summary | {
         "id": job_id(job.id), "model": job.model, "voice": job.voice,
         "response_format": job.response_format, "speed": job.speed, "options": job.options,
@@ -264,6 +270,8 @@ def manifest(job: Job, segments: list[Segment], timeline: Timeline,
              "duration_seconds": (s.samples or 0) / rate, "attempts": s.attempts}
             | ({"quality": s.quality} if s.quality else {})
             | ({"timing": timing[n]} if timing is not None else {})
+            | ({"wer": wer.get(s.index)} if heard is not None else {})
+            | ({"misheard": True} if s.index in flagged else {})
             for n, s in enumerate(segments)
         ],
     }

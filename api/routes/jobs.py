@@ -118,7 +118,8 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     characters = sum(len(c["input"]) for c in chapters)
     await check_job_caps(session, owner, characters, state.settings.max_active_jobs_per_key,
                          state.settings.max_chars_per_day_per_key)
-    options = {k: v for k, v in body.extras().items()} | {"subtitles": body.subtitles}
+    options = {k: v for k, v in body.extras().items()} | {"subtitles": body.subtitles} | (
+        {"verify": body.verify} if body.verify != "off" else {})
     now = utcnow()
     values: dict[str, Any] = {
         "id": uuid7(), "owner": owner, "status": JobStatus.queued, "model": model.id,

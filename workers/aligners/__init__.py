@@ -1,4 +1,5 @@
-"""Aligners: word start and end times for audio whose words are known (forced alignment).
+"""Aligners: word start and end times for audio whose words are known (forced alignment),
+and recognisers: the words heard in audio, for the recognition check (`verify`).
 
 Like the engines, aligners import no Celery, database or storage code.
 """
@@ -9,7 +10,7 @@ from typing import Protocol
 
 from core.audio import Audio
 
-__all__ = ["Aligner", "Word", "words_of"]
+__all__ = ["Aligner", "Recognizer", "Word", "words_of"]
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
 
@@ -38,4 +39,12 @@ class Aligner(Protocol):
 
     def align(self, audio: Audio, rate: int, text: str) -> list[Word] | None:
         """Return each word of `text` (words_of) with its span, or None if it cannot."""
+        ...
+
+
+class Recognizer(Protocol):
+    """Hears the words of audio: which of a text's words are said, in which order."""
+
+    def transcribe(self, audio: Audio, rate: int, text: str) -> list[str] | None:
+        """Return the words heard (as words_of writes them), or None if it cannot."""
         ...

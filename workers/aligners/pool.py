@@ -13,13 +13,14 @@ import multiprocessing
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 import numpy as np
 
 from core.audio import Audio
-from workers.aligners import Aligner, Word
+from workers.aligners import Aligner, Recognizer, Word
 
-_CHILD: Aligner | None = None  # the aligner of a pool process
+_CHILD: Any = None  # the aligner (and recogniser) of a pool process
 
 
 def _start(factory: str) -> None:
@@ -30,7 +31,14 @@ def _start(factory: str) -> None:
 
 def _align(audio: Audio, rate: int, text: str) -> list[Word] | None:
     assert _CHILD is not None, "not a pool process"
-    return _CHILD.align(audio, rate, text)
+    aligner: Aligner = _CHILD
+    return aligner.align(audio, rate, text)
+
+
+def _transcribe(audio: Audio, rate: int, text: str) -> list[str] | None:
+    assert _CHILD is not None, "not a pool process"
+    recognizer: Recognizer = _CHILD
+    return recognizer.transcribe(audio, rate, text)
 
 
 class PooledAligner:
@@ -53,9 +61,19 @@ class PooledAligner:
 
     def align(self, audio: Audio, rate: int, text: str) -> list[Word] | None:
         """Align in a free pool process (see workers.aligners.Aligner)."""
+        words: list[Word] | None = self._run(_align, np.asarray(audio, np.float32), rate, text)
+        return words
+
+    def transcribe(self, audio: Audio, rate: int, text: str) -> list[str] | None:
+        """Recognise in a free pool process (see workers.aligners.Recognizer)."""
+        heard: list[str] | None = self._run(_transcribe, np.asarray(audio, np.float32), rate,
+                                            text)
+        return heard
+
+    def _run(self, call: Any, *args: Any) -> Any:
         pool = self._executor()
         try:
-            return pool.submit(_align, np.asarray(audio, np.float32), rate, text).result()
+            return pool.submit(call, *args).result()
         except BrokenProcessPool:
             with self._lock:
                 if self._pool is pool:
