@@ -4,7 +4,8 @@
    (embedded: SQLite, file broker, Piper, local media), from submit to `completed`, in
    audio-seconds per wall-second; divided by the raw engine looping over the same planned
    segments (spoken form) in one process, in the same run. Target >= 0.95. The job asks for
-   SRT, so its segments are force-aligned (ALIGN_WORDS); the last format runs again without.
+   SRT, so its segments are force-aligned (ALIGN_WORDS); the last format runs again with the
+   recognition check (verify "flag"), and without alignment.
 2. planning: `plan_pieces` over a 2,000,000-character text: wall time and peak Python memory.
 3. assembly: peak resident memory of a process that assembles a long job (synthetic parts
    in a local media folder) into one MP3 and per-chapter files, against the size of its
@@ -78,8 +79,8 @@ def raw_engine(chapters: list[dict[str, str]]) -> tuple[float, float, int]:
     return time.perf_counter() - start, samples / engine.sample_rate, len(pieces)
 
 
-def platform(chapters: list[dict[str, str]], fmt: str,
-             env: dict[str, str] | None = None) -> tuple[float, float, int]:
+def platform(chapters: list[dict[str, str]], fmt: str, env: dict[str, str] | None = None,
+             extra: dict[str, Any] | None = None) -> tuple[float, float, int]:
     """Submit the job to `narrator serve`; return wall s to completed, audio s, segments."""
     with served(env) as url, httpx.Client(base_url=url, timeout=60) as http:
         warm = http.post("/v1/audio/jobs", json={"input": "Warm up."}).json()["id"]
@@ -87,7 +88,7 @@ def platform(chapters: list[dict[str, str]], fmt: str,
             time.sleep(0.1)
         start = time.perf_counter()
         job = http.post("/v1/audio/jobs", json={"chapters": chapters, "response_format": fmt,
-                                                "subtitles": ["srt"]}).json()
+                                                "subtitles": ["srt"]} | (extra or {})).json()
         while job["status"] not in ("completed", "failed"):
             time.sleep(0.2)
             job = http.get(f"/v1/audio/jobs/{job['id']}").json()
@@ -212,17 +213,21 @@ def main() -> None:
     results: dict[str, Any] = {"chars": chars, "raw": {"wall_s": raw_wall,
                                                        "audio_s": raw_audio}}
     # Jobs with subtitles have their segments force-aligned (ALIGN_WORDS, the default): the
-    # last format runs again without it, to show what alignment costs.
-    runs: list[tuple[str, dict[str, str]]] = [(fmt, {}) for fmt in args.formats] + \
-        [(args.formats[-1], {"NARRATOR_ALIGN_WORDS": "false"})]
-    for fmt, env in runs:
-        wall, audio, segments = platform(chapters, fmt, env)
+    # last format runs again with the recognition check (verify "flag") and without
+    # alignment, to show what each costs.
+    last = args.formats[-1]
+    # (key in the JSON: bench.all reads "wav" and "mp3", row label, format, env, body)
+    runs: list[tuple[str, str, str, dict[str, str], dict[str, Any]]] = [
+        (fmt, f"{fmt} + srt, aligned", fmt, {}, {}) for fmt in args.formats] + [
+        (f"{last}, verify flag", f"{last} + srt, aligned, verify flag", last, {},
+         {"verify": "flag"}),
+        (f"{last}, no alignment", f"{last} + srt", last, {"NARRATOR_ALIGN_WORDS": "false"}, {})]
+    for key, label, fmt, env, extra in runs:
+        wall, audio, segments = platform(chapters, fmt, env, extra)
         rate = audio / wall
-        label = fmt if not env else f"{fmt}, no alignment"
-        rows.append([f"job via narrator serve ({fmt} + srt{'' if env else ', aligned'})",
-                     segments, f"{audio:.1f}", f"{wall:.1f}", f"{rate:.2f}",
-                     f"{rate / raw_rate:.3f}"])
-        results[label] = {"wall_s": wall, "audio_s": audio, "ratio": rate / raw_rate}
+        rows.append([f"job via narrator serve ({label})", segments, f"{audio:.1f}",
+                     f"{wall:.1f}", f"{rate:.2f}", f"{rate / raw_rate:.3f}"])
+        results[key] = {"wall_s": wall, "audio_s": audio, "ratio": rate / raw_rate}
     print(f"{chars} characters in {len(chapters)} chapters, Piper on {os.cpu_count()} CPUs; "
           "audio s = speech only (the job's planned silences are not counted)")
     print(table(["path", "segments", "audio s", "wall s", "audio-s/s", "ratio"], rows))
