@@ -4,7 +4,7 @@ When a segment of a job that asked for subtitles is done, `narrator.align_segmen
 the CPU workers' `assembly` queue (never the GPU worker: PocketSphinx holds the GIL while it
 decodes, which would stall the engine's output loop). The words it finds are kept in
 `parts/{n}-{attempt}-{samples}.words.json`, so the words of a part synthesised again are
-never used. The assembly aligns the segments whose words are not kept by then (words_for),
+never used. The assembly checks the segments not checked by then (checks_for),
 and builds subtitle cues from them (workers.timeline.sentence_cues); a segment that does not
 align keeps the estimate, and the manifest says which.
 """

@@ -131,15 +131,16 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
     when the warm-up stopped at the batch.
     """
     voice = engine.info.voices[0].id if engine.info.voices else ""
-    # pysbd's import and first split, which sync speech now does: the first streamed request
-    # after the warm-up took 178-195 ms on the H100 (53 ms after it) while pysbd loaded.
-    speech.groups(WARM_UP_TEXT + " " + WARM_UP_TEXT, "en", 2)
     if not voice:
         engine.start()
         return
     if engine.info.engine != "vllm-omni":
         engine.synthesize([SpeechRequest(text="Ready.", voice=voice)])
         return
+    # pysbd's import and first split, which sync speech does on vLLM-Omni: on the H100 the
+    # first streamed request after the warm-up took 178-195 ms (53 ms after it), and the
+    # worker's log showed pysbd's modules compiling at that moment.
+    speech.groups(WARM_UP_TEXT + " " + WARM_UP_TEXT, "en", 2)
     request = SpeechRequest(text=WARM_UP_TEXT, voice=voice,
                             max_new_tokens=settings.vllm_warmup_tokens)
     batch = settings.vllm_warmup_batch or settings.vllm_max_in_flight

@@ -31,11 +31,12 @@ class SphinxAligner:
     """The CPU default aligner and recogniser (English).
 
     Recognition (the `verify` check) decodes in a decoder of its own against a bigram
-    language model of the segment's own words: with the bundled general model it heard
-    Piper's clean speech with 40-70 % of words wrong ("the theory" for "the ferry"), too close
-    to a segment missing two of its three sentences (about 60 %); with the text's own words,
-    clean segments came back at 0 % and those at 54-62 %, another segment's speech at
-    75-115 %. What it cannot hear is a word said as another word of the same text.
+    language model of the segment's own words. With the bundled general model it heard
+    clean Piper segments with 31-69 % of words wrong ("the theory" for "the ferry"), and one
+    missing two of its three sentences at 71 %: no margin between them. With the text's own
+    words (bench.verify), clean segments came back at 0-10 %, those missing sentences at
+    39-72 %, another segment's speech at 79-139 %. What it cannot hear is a word said as
+    another word of the same text.
     """
 
     def __init__(self) -> None:
@@ -87,8 +88,8 @@ class SphinxAligner:
         if self._recognizer is None:
             from pocketsphinx import Decoder
 
-            # A dictionary of one word, grown with each text's words: with the full one
-            # (134,000 words) loading a language model took 1.1 s, with the text's, 1 ms.
+            # A dictionary of one word, grown with each text's words: with the bundled full
+            # dictionary loading a language model took 1.1 s here, with the text's, 1 ms.
             with tempfile.NamedTemporaryFile("w", suffix=".dict") as seed:
                 seed.write("the DH AH\n")
                 seed.flush()

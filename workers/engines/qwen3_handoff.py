@@ -74,7 +74,7 @@ def _whole(stock: Any, transfer_manager: Any, multimodal_output: Any, request: A
     if not frames:  # nothing spoken: vLLM-Omni's own empty finished payload
         return stock.talker2code2wav_async_chunk(transfer_manager, None, request, True)
     codes = torch.tensor(codebook_major(frames), dtype=torch.long)
-    frames.clear()  # sent: a second finished call for this request sends nothing again
+    frames.clear()  # sent: a second finished call for this request sends no frames again
     return OmniPayloadStruct(
         codes=CodesStruct(audio=codes),
         meta=MetaStruct(left_context_size=0, finished=torch.tensor(True, dtype=torch.bool)),
