@@ -196,8 +196,9 @@ def test_the_player_lights_the_word_being_spoken(browser: WebDriver, served: str
     click(browser, f'{row} button[aria-label="Play {job_id}"]')
     until(browser, lambda d: d.find_element(By.ID, "player").is_displayed()
           and d.find_elements(By.CSS_SELECTOR, "#player-cues li"))
-    downloads = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#player-downloads a")]
-    assert "Word timings (JSON)" in downloads
+    # Read in one step, as the player may redraw its list between finding and reading.
+    until(browser, lambda d: "Word timings (JSON)" in d.execute_script(
+        "return [...document.querySelectorAll('#player-downloads a')].map(a => a.textContent);"))
     words: list[dict[str, Any]] = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "const url = [...document.querySelectorAll('#player-downloads a')]"
@@ -211,10 +212,10 @@ def test_the_player_lights_the_word_being_spoken(browser: WebDriver, served: str
         browser.execute_script(
             "const a = document.getElementById('player-audio');"
             "a.currentTime = arguments[0]; a.dispatchEvent(new Event('timeupdate'));", middle)
-        lit = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR,
-                                                       "#player-cue .current-word"))
-        assert len(lit) == 1
-        assert lit[0].text == ["boats", "dawn.", "followed"][(1, 5, 7).index(n)]
+        lit = until(browser, lambda d: d.execute_script(  # read in one step (redraws)
+            "return [...document.querySelectorAll('#player-cue .current-word')]"
+            ".map(w => w.textContent);"))
+        assert lit == [["boats", "dawn.", "followed"][(1, 5, 7).index(n)]]
     assert text_of(browser, "player-cue") == "Gulls followed them home."
 
 
