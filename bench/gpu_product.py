@@ -17,8 +17,9 @@ stop by themselves. One table:
   TTFA saturated    the same while JOBS jobs fill the engine: one request every PROBE_GAP s,
                     each on its own thread (the row says if the jobs ended before the probes)
   sync saturated    a whole wav of FRAMES frames, every third gap, under the same load: one
-                    sentence (spoken in one piece), and four sentences (ANSWER, spoken at
-                    once in pieces that share the FRAMES by length, as SYNC_PIECES does)
+                    short sentence (spoken in one piece), four sentences (ANSWER, spoken at
+                    once in pieces that share the FRAMES by length, as SYNC_PIECES does), and
+                    one long sentence (LONG_SENTENCE, spoken at once in its clauses)
   GPU               nvidia-smi utilisation.gpu (mean) and memory.used (peak) in the job phases
 
 Audio-seconds count speech only (the manifests' segment durations, not inserted silences).
@@ -148,6 +149,11 @@ def wait_ready(url: str, timeout: float, processes: list[subprocess.Popen[bytes]
 ANSWER = ("Thanks for calling the library. Your books are due back on Friday the twelfth. "
           "You can renew them online or at the front desk. "
           "Is there anything else I can help you with today?")
+# About 20 s of speech in one sentence of 44 words: spoken in its clauses, at once.
+LONG_SENTENCE = ("When the library reopens on Monday, the front desk will take returns all day, "
+                 "the reading room will keep its usual hours until eight in the evening, and "
+                 "the children's corner, closed since the flood, will welcome its first story "
+                 "time at ten.")
 
 
 class Client:
@@ -218,6 +224,10 @@ class Client:
         with its share of the frames by length, as a real model ends each at its own length."""
         return self.sync(ANSWER)
 
+    def sync_long_sentence(self) -> float:
+        """A whole wav of one long sentence: the worker speaks its clauses at once."""
+        return self.sync(LONG_SENTENCE)
+
 
 def percentiles(samples: list[float]) -> str:
     """Return 'p50 / p99' in ms."""
@@ -249,9 +259,11 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str
     jobs = [client.submit(args.segments, f"probe-{n}") for n in range(args.jobs)]
     time.sleep(args.settle)  # the jobs' first segments reach the engine
     with ThreadPoolExecutor(max_workers=2 * args.probes) as pool:
-        streams, syncs, split = [], [], []
+        streams, syncs, split, clauses = [], [], [], []
         for n in range(args.probes):
             streams.append(pool.submit(client.first_audio))
+            if n % 3 == 0 and n:
+                clauses.append(pool.submit(client.sync_long_sentence))
             if n % 3 == 1:
                 syncs.append(pool.submit(client.sync))
             if n % 3 == 2:
@@ -260,12 +272,14 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str
         ttfa = [f.result() for f in streams]
         sync = [f.result() for f in syncs]
         sentences = [f.result() for f in split]
+        long_sentence = [f.result() for f in clauses]
     probes_end = time.monotonic()
     statuses = [client.http.get(f"/v1/audio/jobs/{j}").json()["status"] for j in jobs]
     saturated = any(s_ != "completed" for s_ in statuses)
     phase(out, "ttfa_saturated", ttfa)
     phase(out, "sync_saturated", sync)
     phase(out, "sync_sentences_saturated", sentences)
+    phase(out, "sync_clauses_saturated", long_sentence)
     phase(out, "probes_saturated", {"seconds": probes_end - probe_start - args.settle,
                                     "jobs_still_running": saturated})
     client.wait(*jobs)
@@ -417,6 +431,12 @@ def main() -> None:
              "(p50 / max)", f"{statistics.median(r['sync_sentences_saturated']):.2f} / "
              f"{max(r['sync_sentences_saturated']):.2f} s", "spoken at once (SYNC_PIECES)"],
         ]
+        if r.get("sync_clauses_saturated"):
+            rows.append([mode, f"sync wav of {args.frames * 0.08:.0f} s, one long sentence, "
+                         "saturated (p50 / max)",
+                         f"{statistics.median(r['sync_clauses_saturated']):.2f} / "
+                         f"{max(r['sync_clauses_saturated']):.2f} s",
+                         "its clauses spoken at once (SYNC_PIECES)"])
     if args.double:
         print("ENGINE DOUBLE: these timings prove the harness, not a GPU.")
     print(table(["mode", "measure", "result", "note"], rows))

@@ -65,6 +65,23 @@ def sentences(paragraph: str, language: str = "en") -> list[str]:
     return found
 
 
+_CLAUSE_END = re.compile(r"(?<=[,;:\u2013\u2014])\s+")  # , ; : – — then a space ("1,000" stays)
+
+
+def clauses(sentence: str, limit: int) -> list[str]:
+    """Split a sentence longer than `limit` after its commas, semicolons, colons and dashes,
+    joining neighbours again while they fit; one without such a break stays whole."""
+    if len(sentence) <= limit:
+        return [sentence]
+    out: list[str] = []
+    for piece in _CLAUSE_END.split(sentence):
+        if out and len(out[-1]) + 1 + len(piece) <= limit:
+            out[-1] += " " + piece
+        else:
+            out.append(piece)
+    return out
+
+
 def _hard_split(sentence: str, limit: int) -> Iterator[str]:
     """Split a sentence that alone is over the limit at word boundaries."""
     piece = ""

@@ -112,3 +112,29 @@ def test_close_stops_the_child() -> None:
     assert not process.is_alive()
     assert process.exitcode == 0
     engine.close()  # twice: nothing left to stop
+
+
+def test_realtime_messages_leave_the_child_before_queued_batch_audio() -> None:
+    """A streamed chunk queued behind a wave of finished batch segments is sent first; each
+    rank keeps its own order, and None ends the sender after everything queued."""
+    import multiprocessing
+    import threading
+
+    from workers.engines.engine_process import _Outbox
+
+    outbox = _Outbox()
+    for call in range(3):
+        outbox.put(("done", call, np.zeros(500_000, dtype=np.float32)), outbox.BATCH)
+    outbox.put(None, outbox.LAST)
+    outbox.put(("chunk", 7, np.ones(10, dtype=np.float32)), outbox.REALTIME)
+    outbox.put(("chunk", 7, np.full(10, 2.0, dtype=np.float32)), outbox.REALTIME)
+    received, sent = multiprocessing.Pipe(duplex=False)
+    sender = threading.Thread(target=outbox.send_all, args=(sent,))
+    sender.start()
+    order = [(kind, call, float(audio[0])) for kind, call, audio in
+             (received.recv() for _ in range(5))]
+    sender.join(10)
+    assert order == [("chunk", 7, 1.0), ("chunk", 7, 2.0), ("done", 0, 0.0), ("done", 1, 0.0),
+                     ("done", 2, 0.0)]
+    assert not sender.is_alive()
+    assert not received.poll(0.1)

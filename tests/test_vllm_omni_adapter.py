@@ -271,6 +271,40 @@ def test_sentences_split_into_at_most_the_limit_in_order() -> None:
         "today? A second paragraph.")
 
 
+LONG_SENTENCE = ("When the library reopens on Monday, the front desk will take returns all day, "
+                 "the reading room will keep its usual hours until eight in the evening, and "
+                 "the children's corner, closed since the flood, will welcome its first story "
+                 "time at ten.")
+
+
+def test_one_long_sentence_splits_at_its_clauses_and_a_short_one_stays_whole() -> None:
+    """Fewer sentences than pieces: a sentence longer than CLAUSE_CHARS is cut after its
+    commas (its clauses are spoken at once); with enough sentences, sentences stay whole."""
+    from workers.speech import CLAUSE_CHARS, groups
+
+    pieces = groups(LONG_SENTENCE, "en", 4)
+    assert 2 <= len(pieces) <= 4
+    assert " ".join(pieces) == LONG_SENTENCE
+    assert all(p.endswith((",", ".")) for p in pieces)
+    assert max(map(len, pieces)) < len(LONG_SENTENCE) / 1.5
+    assert groups("A whole answer, at once.", "en", 4) == ["A whole answer, at once."]
+    assert len(LONG_SENTENCE) > CLAUSE_CHARS
+    four = ANSWER.replace("Friday the twelfth.", LONG_SENTENCE)
+    assert all(LONG_SENTENCE in p or p not in LONG_SENTENCE for p in groups(four, "en", 4))
+
+
+def test_clauses_are_joined_with_a_shorter_gap_than_sentences(gpu_settings: None) -> None:
+    from workers.speech import CLAUSE_GAP, _gap
+
+    class Rate:
+        sample_rate = 1000
+
+    sentence = len(_gap(Rate(), "It ended."))  # type: ignore[arg-type]
+    assert sentence == 250
+    assert len(_gap(Rate(), "it went on,")) == int(250 * CLAUSE_GAP)  # type: ignore[arg-type]
+    assert len(_gap(Rate(), 'he said "stop."')) == sentence  # type: ignore[arg-type]
+
+
 def test_a_sync_answer_shares_its_frames_among_its_pieces(gpu_settings: None) -> None:
     from workers.speech import requests_for
 

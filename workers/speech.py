@@ -1,5 +1,6 @@
 """The sync path on the worker side: speak one request and answer on its channel."""
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -13,19 +14,27 @@ from core.audio import CONTENT_TYPES, encode, to_pcm16
 from core.channel import Channel, Message, channel_for
 from core.normalize import spoken
 from core.registry import worker_id
-from core.text import clean, paragraphs, sentences
+from core.text import clauses, clean, paragraphs, sentences
 from workers.engine import get_engine
 from workers.engines import Audio, Engine, SpeechRequest
 from workers.settings import get_settings
 
 log = structlog.get_logger()
+CLAUSE_CHARS = 84  # a sentence longer than this speaks in clauses when few are asked
+CLAUSE_GAP = 0.4  # of the sentence gap, between the clauses of one long sentence
+_SENTENCE_END = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s*$")
 
 
 def groups(text: str, language: str | None, most: int) -> list[str]:
-    """Split `text` at sentence ends into at most `most` pieces of similar length."""
+    """Split `text` at sentence ends into at most `most` pieces of similar length; with fewer
+    sentences than that, sentences over CLAUSE_CHARS also split after their commas,
+    semicolons, colons and dashes (a piece is spoken in as many engine steps as it has
+    frames: a long sentence alone is the slowest answer)."""
     if most <= 1:
         return [text]
     found = [s for p in paragraphs(clean(text)) for s in sentences(p, language or "en")]
+    if len(found) < most:
+        found = [c for sentence in found for c in clauses(sentence, CLAUSE_CHARS)]
     if len(found) <= 1:
         return [text]
     target = sum(map(len, found)) / min(most, len(found))
@@ -58,9 +67,13 @@ def requests_for(payload: dict[str, Any]) -> list[SpeechRequest]:
     return out
 
 
-def _gap(engine: Engine) -> Audio:
-    return np.zeros(int(get_settings().sentence_gap_seconds * engine.sample_rate),
-                    dtype=np.float32)
+def _gap(engine: Engine, before: str) -> Audio:
+    """Return the silence after the piece `before`: the sentence gap, or after a clause
+    (a piece that ends without a sentence's full stop) CLAUSE_GAP of it."""
+    seconds = get_settings().sentence_gap_seconds
+    if not _SENTENCE_END.search(before):
+        seconds *= CLAUSE_GAP
+    return np.zeros(int(seconds * engine.sample_rate), dtype=np.float32)
 
 
 def _pieces_streamed(engine: Engine, requests: list[SpeechRequest]) -> Iterator[Audio]:
@@ -69,7 +82,7 @@ def _pieces_streamed(engine: Engine, requests: list[SpeechRequest]) -> Iterator[
     streams = [engine.stream(r) for r in requests]
     for n, chunks in enumerate(streams):
         if n:
-            yield _gap(engine)
+            yield _gap(engine, requests[n - 1].text)
         yield from chunks
 
 
@@ -158,10 +171,10 @@ def speak(payload: dict[str, Any]) -> None:
         pulse.start(Message("alive", {"worker": worker_id()}))
         engine = get_engine()
         started = time.perf_counter()
-        pieces = engine.synthesize(requests_for(payload))
-        gap = _gap(engine)
-        audio = np.concatenate([part for n, piece in enumerate(pieces)
-                                for part in ((gap, piece) if n else (piece,))])
+        requests = requests_for(payload)
+        pieces = engine.synthesize(requests)
+        audio = np.concatenate([part for n, piece in enumerate(pieces) for part in (
+            (_gap(engine, requests[n - 1].text), piece) if n else (piece,))])
         metrics.observe_synthesis(engine.info.id, time.perf_counter() - started,
                                   len(audio) / engine.sample_rate, "sync")
         fmt = payload["response_format"]

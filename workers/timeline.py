@@ -1,6 +1,5 @@
 """Where everything sits in a job's audio: segment offsets, chapter spans, cues, manifest."""
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import groupby
@@ -8,6 +7,7 @@ from typing import Any, Protocol
 
 from core.ids import job_id
 from core.normalize import spoken
+from core.text import clauses as text_clauses
 from core.text import sentences
 from models import Job, Segment
 from workers.aligners import Word, words_of
@@ -16,21 +16,11 @@ Words = Callable[[Segment], "list[Word] | None"]  # a segment's aligned words, i
 
 # A cue longer than two subtitle lines of 42 characters is split at its clauses.
 CUE_MAX_CHARS = 84
-_CLAUSE_END = re.compile(r"(?<=[,;:\u2013\u2014])\s+")  # , ; : – — then a space ("1,000" stays)
 
 
 def clauses(sentence: str, limit: int = CUE_MAX_CHARS) -> list[str]:
-    """Split a sentence longer than `limit` after its commas, semicolons, colons and dashes,
-    joining neighbours again while they fit; one without such a break stays whole."""
-    if len(sentence) <= limit:
-        return [sentence]
-    out: list[str] = []
-    for piece in _CLAUSE_END.split(sentence):
-        if out and len(out[-1]) + 1 + len(piece) <= limit:
-            out[-1] += " " + piece
-        else:
-            out.append(piece)
-    return out
+    """A long sentence's cues: `core.text.clauses` at the cue length."""
+    return text_clauses(sentence, limit)
 
 
 def timestamp(seconds: float, sep: str) -> str:

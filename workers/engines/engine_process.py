@@ -19,6 +19,7 @@ import multiprocessing
 import pickle
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import structlog
 
 from core.catalog import ModelInfo
+from core.logs import configure
 from workers.engines import Audio, SpeechRequest, drain, slots_for
 from workers.engines.qwen3_tts import OutputKind, Reference
 
@@ -38,39 +40,81 @@ class EngineProcessError(RuntimeError):
     """The engine's process exited or could not start."""
 
 
-def _serve(build: Build, requests: Connection, results: Connection) -> None:
-    """Child: run the engine, take (call id, request, reference, kind) from the pipe."""
-    outbox: queue.SimpleQueue[tuple[str, int, Any] | None] = queue.SimpleQueue()
+class _Outbox:
+    """The child's messages to the worker, realtime ones first.
 
-    def send() -> None:  # one sender: the engine's loop never blocks on a full pipe
-        while (message := outbox.get()) is not None:
+    One pipe carries everything, and a batch segment's audio is 1.9 MB: when a wave of
+    segments ends together, a streamed request's chunk queued behind 64 of them would wait
+    for 120 MB to be pickled and read. Chunks and realtime answers jump that queue; the
+    pipe itself then holds at most the one message being sent.
+    """
+
+    REALTIME, BATCH, LAST = 0, 1, 2
+
+    def __init__(self) -> None:
+        self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
+        self._order = itertools.count()
+
+    def put(self, message: tuple[str, int, Any] | None, rank: int) -> None:
+        """Queue one message (None, ranked LAST, ends the sender)."""
+        self._queue.put((rank, next(self._order), message))
+
+    def send_all(self, results: Connection) -> None:
+        """Send messages in rank order, then arrival order, until None."""
+        while (message := self._queue.get()[2]) is not None:
             results.send(message)
 
+
+def _serve(build: Build, requests: Connection, results: Connection) -> None:
+    """Child: run the engine, take (call id, request, reference, kind) from the pipe."""
+    configure()  # the worker's log format, in the worker's log (stderr is shared)
+    outbox = _Outbox()
     try:
         engine = build()
         engine.start()
     except BaseException as error:  # the parent reports why the start failed
         results.send(("failed", -1, _picklable(error)))
         return
-    threading.Thread(target=send, name="engine-results", daemon=True).start()
-    outbox.put(("started", -1, engine.sample_rate))
+    # One sender: the engine's loop never blocks on a full pipe.
+    threading.Thread(target=outbox.send_all, args=(results,), name="engine-results",
+                     daemon=True).start()
+    outbox.put(("started", -1, engine.sample_rate), outbox.REALTIME)
 
-    def finished(call: int, future: concurrent.futures.Future[Audio]) -> None:
+    def finished(call: int, rank: int, future: concurrent.futures.Future[Audio]) -> None:
         error = future.exception()
-        outbox.put(("error", call, _picklable(error)) if error else ("done", call, future.result()))
+        outbox.put(("error", call, _picklable(error)) if error else
+                   ("done", call, future.result()), rank)
 
     while (message := _receive_or_none(requests)) is not None:
         call, request, reference, kind = message
-        on_chunk = (lambda audio, call=call: outbox.put(("chunk", call, audio))) \
+        rank = outbox.REALTIME if request.realtime else outbox.BATCH
+        on_chunk = _chunks_to(outbox, call, request.request_id) \
             if kind is OutputKind.DELTA else None
         try:
             future = engine.submit(request, kind, on_chunk, reference=reference)
         except Exception as error:  # the request fails, the engine goes on
-            outbox.put(("error", call, _picklable(error)))
+            outbox.put(("error", call, _picklable(error)), rank)
             continue
-        future.add_done_callback(lambda f, call=call: finished(call, f))
+        future.add_done_callback(lambda f, call=call, rank=rank: finished(call, rank, f))
     engine.close()
-    outbox.put(None)
+    outbox.put(None, outbox.LAST)
+
+
+def _chunks_to(outbox: _Outbox, call: int, request_id: str) -> Callable[[Audio], None]:
+    """Return a streamed call's chunk callback; it logs how long the engine took to the
+    first one (the worker logs the same seen from its side: the difference is the pipe)."""
+    asked = time.perf_counter()
+    first = True
+
+    def on_chunk(audio: Audio) -> None:
+        nonlocal first
+        if first:
+            first = False
+            log.info("engine.first_chunk", request_id=request_id,
+                     ms=round((time.perf_counter() - asked) * 1000, 1))
+        outbox.put(("chunk", call, audio), outbox.REALTIME)
+
+    return on_chunk
 
 
 def _receive_or_none(requests: Connection) -> Any:
