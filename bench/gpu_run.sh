@@ -6,6 +6,7 @@
 #     RAW_CONFIGS="a.yaml b.yaml+--whole": then raw AsyncOmni at 64 under each deploy config
 #       ('default': vLLM-Omni's own), with the extra bench.gpu_engine flags after a +
 #     TEST=0: skip the gpu-marked test
+#     PRODUCT=0: skip bench.gpu_product (raw runs and the test only)
 #   bash bench/gpu_run.sh wait                                   # wait, copy logs to $OUT
 #
 # `start` needs the RECIPE's dev_setup.sh and dev_build.sh done first (/tmp/site, MODEL).
@@ -32,14 +33,18 @@ step() {  # run in a process group of its own, then kill what is left (engine st
 }
 python3 -c 'import scipy.signal' 2>/dev/null || {
   export NARRATOR_LOUDNESS_LUFS=0; echo "no scipy: loudness off" >> $LOGS/product.log; }
-step python3 -m bench.gpu_product --model $MODEL --redis-server /tmp/redis-run $ARGS \
-  >> $LOGS/product.log 2>&1
-echo "product rc=$?" >> $LOGS/done
+if [ "$PRODUCT" = 1 ]; then
+  step python3 -m bench.gpu_product --model $MODEL --redis-server /tmp/redis-run $ARGS \
+    >> $LOGS/product.log 2>&1
+  echo "product rc=$?" >> $LOGS/done
+else
+  echo "product rc=skipped" >> $LOGS/done
+fi
 for entry in $RAW_CONFIGS; do  # raw AsyncOmni at 64 in flight under other deploy configs
   config=${entry%%+*}; extra=""; [ "$config" != "$entry" ] && extra=${entry#*+}
   name=$(basename "$config" .yaml)${extra//[- ]/_}
   step python3 -m bench.gpu_engine --model $MODEL --paths raw --concurrency 64 --frames 250 \
-    --reps 1 --waves 6 --ttfa-reps 5 --ttfa-load 64 --deploy-config "$config" --label "raw_$name" $extra \
+    --reps 1 --waves 6 --ttfa-reps ${TTFA_REPS:-5} --ttfa-load 64 --deploy-config "$config" --label "raw_$name" $extra \
     > $LOGS/raw_$name.log 2>&1
   echo "raw $name rc=$?" >> $LOGS/raws
 done
@@ -53,6 +58,7 @@ else
 fi
 JOB
     MODEL=$MODEL LOGS=$LOGS ARGS="$*" RAW_CONFIGS="${RAW_CONFIGS:-}" TEST="${TEST:-1}" \
+      PRODUCT="${PRODUCT:-1}" TTFA_REPS="${TTFA_REPS:-5}" \
       setsid nohup bash /tmp/gpu_run_job.sh > "$LOGS/job.out" \
       2>&1 < /dev/null &
     exec bash "$0" wait ;;
