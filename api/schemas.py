@@ -7,9 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 Format = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 JobFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "m4b"]  # m4b: chapter marks
 Subtitle = Literal["srt", "vtt", "words"]  # words: JSON word times (English, aligned)
-# The recognition check: "flag" hears each segment back and flags the misheard ones (English);
-# "retry" (synthesise those again) is not built yet, so it is refused, not ignored.
-Verify = Literal["off", "flag"]
+# The recognition check (English): "flag" hears each segment back and flags the misheard ones;
+# "retry" also synthesises those again with new seeds, up to QUALITY_RETRIES, keeping the best.
+Verify = Literal["off", "flag", "retry"]
 
 
 class VoiceRef(BaseModel):

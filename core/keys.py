@@ -20,6 +20,11 @@ def part_key(job_id: uuid.UUID, index: int) -> str:
     return f"{parts_prefix(job_id)}/{index:06d}.wav"
 
 
+def take_key(job_id: uuid.UUID, index: int, take: int) -> str:
+    """Return where an earlier take of a segment's part is kept (`verify: "retry"`)."""
+    return f"{parts_prefix(job_id)}/{index:06d}.take{take}.wav"
+
+
 def voice_key(voice_id: uuid.UUID) -> str:
     """Return the storage key of an uploaded voice's reference clip."""
     return f"voices/{voice_id}/reference.flac"

@@ -2,6 +2,7 @@
 
 import itertools
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -262,3 +263,176 @@ def test_the_verification_summary_compares_each_segment_with_the_jobs_median() -
     assert summary["flagged"] == [3]
     assert summary["worst"][0] == {"index": 3, "wer": 0.9}
     assert summary["unchecked"] == [4]
+
+
+class MisspeakingEngine:
+    """A GPU-engine double that speaks with Piper: on a segment's first takes it says the
+    texts queued in `wrong` for that request instead of its own, and it reports itself as
+    vllm-omni (an engine whose takes differ). It records each request's seed."""
+
+    def __init__(self, wrong: dict[str, list[str]]) -> None:
+        from dataclasses import replace
+
+        from core.catalog import catalog
+        from workers.engines.piper import PiperEngine
+        from workers.settings import get_settings
+
+        self.piper = PiperEngine(catalog(get_settings())[0])
+        self.info = replace(self.piper.info, engine="vllm-omni")
+        self.wrong = wrong
+        self.seeds: list[tuple[str, int | None]] = []
+
+    @property
+    def sample_rate(self) -> int:
+        return self.piper.sample_rate
+
+    def synthesize(self, requests: list[Any]) -> list[np.ndarray]:
+        from dataclasses import replace
+
+        out = []
+        for request in requests:
+            self.seeds.append((request.request_id, request.seed))
+            queued = self.wrong.get(request.request_id)
+            text_ = queued.pop(0) if queued else request.text
+            out.append(self.piper.synthesize([replace(request, text=text_)])[0])
+        return out
+
+
+def _run_retry_job(db: Engine, engine: Any, wrong: dict[int, list[str]]) -> tuple[Any, Any]:
+    """Run a verify-"retry" job of VERIFY_BOOK through plan, synthesis and assembly (and
+    the retakes the assembly asks for) with `engine`; return (job id, outcomes)."""
+    import uuid
+
+    from tests.support import insert_job
+    from workers import pipeline
+
+    job_id = uuid.UUID(str(insert_job(db, ["\n\n".join(VERIFY_BOOK)], "wav",
+                                      {"subtitles": [], "verify": "retry"})))
+    _, ids = pipeline.plan(job_id)
+    assert len(ids) == len(VERIFY_BOOK)
+    if isinstance(engine, MisspeakingEngine):
+        engine.wrong.update({f"{job_id}-{n}": list(texts) for n, texts in wrong.items()})
+    outcomes = []
+    while ids:
+        for segment_id in ids:
+            assert pipeline.synthesize(segment_id, engine=engine) is not None
+        assembled = pipeline.assemble(job_id)
+        outcomes.append(assembled.outcome)
+        ids = list(assembled.again)
+    return job_id, outcomes
+
+
+def _result_and_manifest(db: Engine, job_id: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    import json
+
+    from storage import store_for
+
+    with db.connect() as connection:
+        result = connection.execute(text("SELECT result FROM jobs WHERE id = :id"),
+                                    {"id": job_id}).scalar_one()
+    return result, json.loads(store_for().get(result["manifest_key"]))
+
+
+def test_verify_retry_synthesises_a_misheard_segment_again_and_records_the_take(
+        pipeline_env: None, db: Engine) -> None:
+    """A segment that said another segment's words is heard, flagged at assembly and
+    synthesised again with a new seed; the job completes with the good take, nothing
+    flagged, and the manifest records the take it replaced."""
+    from workers.alignment import RETAKE_SEED
+
+    engine = MisspeakingEngine({})
+    job_id, outcomes = _run_retry_job(db, engine, {2: [VERIFY_BOOK[5]]})
+    assert outcomes == ["waiting", "completed"]
+    result, manifest = _result_and_manifest(db, job_id)
+    verification = result["verification"]
+    assert verification["flagged"] == [], verification
+    segment = manifest["segments"][2]
+    assert segment["attempts"] == 2
+    assert "misheard" not in segment
+    takes = segment["quality"]["verify"]["takes"]
+    assert len(takes) == 1
+    assert takes[0]["wer"] > verification["threshold"] > segment["wer"]
+    assert "kept" not in segment["quality"]["verify"]
+    seeds = [seed for rid, seed in engine.seeds if rid == f"{job_id}-2"]
+    assert seeds == [None, RETAKE_SEED]
+    assert all("quality" not in s for n, s in enumerate(manifest["segments"]) if n != 2)
+
+
+def test_verify_retry_keeps_the_best_take_when_every_take_is_misheard(
+        pipeline_env: None, db: Engine) -> None:
+    """Three takes, all misheard (QUALITY_RETRIES=2): the one heard best, the second, is put
+    back as the segment's part, with its words and error rate; the segment stays flagged."""
+    import soundfile as sf
+
+    from storage import store_for
+
+    half = "Her brother had warned her. The island came into view. It had a white church."
+    engine = MisspeakingEngine({})
+    job_id, outcomes = _run_retry_job(db, engine, {2: [VERIFY_BOOK[5], half, VERIFY_BOOK[4]]})
+    assert outcomes == ["waiting", "waiting", "completed"]
+    result, manifest = _result_and_manifest(db, job_id)
+    segment = manifest["segments"][2]
+    record = segment["quality"]["verify"]
+    assert len(record["takes"]) == 3
+    rates = [t["wer"] for t in record["takes"]]
+    assert record["kept"] == rates.index(min(rates)) == 1, rates
+    assert segment["wer"] == rates[1]
+    assert segment["misheard"] is True
+    assert result["verification"]["flagged"] == [2]
+    assert segment["duration_seconds"] == record["takes"][1]["seconds"]
+    assert segment["attempts"] == 4  # three takes, then the restore under a new count
+    with store_for().open(result["key"]) as f:  # the book holds the kept take's samples
+        assert sf.info(f).frames == round(manifest["usage"]["audio_seconds"]
+                                          * manifest["sample_rate"])
+
+
+def test_verify_retry_flags_but_never_retakes_a_piper_segment(
+        pipeline_env: None, db: Engine) -> None:
+    """Piper says the same words on every take: a misheard Piper segment is flagged and the
+    job completes at once, its segments marked as not retaken."""
+    import uuid
+
+    from core.catalog import catalog
+    from core.keys import part_key
+    from storage import store_for
+    from tests.support import insert_job
+    from workers import assembly, pipeline
+    from workers.engines.piper import PiperEngine
+    from workers.settings import get_settings
+
+    job_id = uuid.UUID(str(insert_job(db, ["\n\n".join(VERIFY_BOOK)], "wav",
+                                      {"subtitles": [], "verify": "retry"})))
+    _, ids = pipeline.plan(job_id)
+    engine = PiperEngine(catalog(get_settings())[0])
+    for segment_id in ids:
+        assert pipeline.synthesize(segment_id, engine=engine) is not None
+    store = store_for()
+    with store.open(part_key(job_id, 1)) as f:
+        import soundfile as sf
+
+        audio = np.asarray(sf.read(f, dtype="float32")[0])
+    audio[len(audio) // 3:] = 0.0
+    store.put(part_key(job_id, 1), assembly.part_bytes(audio, engine.sample_rate))
+    assembled = pipeline.assemble(job_id)
+    assert (assembled.outcome, assembled.again) == ("completed", ())
+    result, manifest = _result_and_manifest(db, job_id)
+    assert result["verification"]["flagged"] == [1]
+    assert all(s["quality"]["verify"] == {"retakes": False} for s in manifest["segments"])
+
+
+def test_the_best_take_is_the_lowest_error_rate_and_retakes_stop_at_the_budget() -> None:
+    from models import Segment
+    from workers.alignment import best_take, take_seed, to_retake
+
+    assert best_take(0.5, [{"wer": 0.9}, {"wer": 0.3}]) == 1
+    assert best_take(0.2, [{"wer": 0.9}, {"wer": 0.3}]) is None
+    assert best_take(0.5, [{"wer": 0.3}, {"wer": 0.3}]) == 1  # a tie: the later take
+    assert best_take(None, [{"wer": 0.3}]) is None
+    assert best_take(0.5, [{"wer": None}]) is None
+    assert take_seed(5, None) == 5
+    assert take_seed(None, {"verify": {"takes": [{}, {}]}}) == 2 * 7919
+    fresh = Segment(index=0, quality=None)
+    spent = Segment(index=1, quality={"verify": {"takes": [{}, {}]}})
+    piper = Segment(index=2, quality={"verify": {"retakes": False}})
+    assert to_retake([fresh, spent, piper], [0, 1, 2], 2) == [fresh]
+    assert to_retake([fresh, spent, piper], [1], 3) == [spent]

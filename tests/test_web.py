@@ -181,13 +181,15 @@ def test_a_markdown_book_from_chapters_to_synced_subtitles(browser: WebDriver, s
 
 
 def test_the_player_lights_the_word_being_spoken(browser: WebDriver, served: str) -> None:
-    """A job with word timings (the form asks for them by default): the cue under the play
-    head is shown word by word, and the word spoken at that moment is lit."""
+    """A job with word timings (the form asks for them by default), heard back: the cue under
+    the play head is shown word by word, the word spoken at that moment is lit, and the
+    player says what the recognition check heard."""
     open_console(browser, served, "jobs")
     assert browser.find_element(By.ID, "job-words").is_selected()
     box = browser.find_element(By.ID, "job-text")
     box.clear()
     box.send_keys("The boats came in at dawn. Gulls followed them home.")
+    Select(browser.find_element(By.ID, "job-verify")).select_by_value("flag")
     browser.find_element(By.ID, "job-submit").click()
     job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
                    if text_of(d, "status").startswith("submitted job_") else None)
@@ -217,6 +219,7 @@ def test_the_player_lights_the_word_being_spoken(browser: WebDriver, served: str
             ".map(w => w.textContent);"))
         assert lit == [["boats", "dawn.", "followed"][(1, 5, 7).index(n)]]
     assert text_of(browser, "player-cue") == "Gulls followed them home."
+    assert text_of(browser, "player-verify").startswith("Heard back: no segment misheard")
 
 
 def _cue_middle(browser: WebDriver, n: int) -> float:

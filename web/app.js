@@ -228,6 +228,7 @@ function jobRequest() {
     response_format: $("job-format").value, speed: Number($("job-speed").value),
     subtitles: [["job-srt", "srt"], ["job-vtt", "vtt"], ["job-words", "words"]]
       .filter(([id]) => $(id).checked).map(([, kind]) => kind) };
+  if ($("job-verify").value !== "off") fields.verify = $("job-verify").value;
   if (kind() === "epub") {
     const file = $("job-file").files[0];
     if (!file) throw new Error("choose an EPUB file first");
@@ -375,6 +376,14 @@ async function openPlayer(job) {
   player.dataset.job = job.id;
   const audio = $("player-audio");
   audio.src = await mediaUrl(job.result.url);
+  const heard = job.result.verification;  // verify "flag" or "retry": what was heard back
+  $("player-verify").hidden = !heard;
+  if (heard) {
+    const misheard = heard.flagged.length
+      ? `misheard segments: ${heard.flagged.map((n) => n + 1).join(", ")}` : "no segment misheard";
+    $("player-verify").textContent = `Heard back: ${misheard} (median word error rate `
+      + `${(heard.median_wer ?? 0).toFixed(2)})`;
+  }
   const chapters = job.result.chapters ?? [];
   $("player-chapters").replaceChildren(...chapters.map((chapter, n) => {
     const item = document.createElement("li");

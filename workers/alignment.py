@@ -68,6 +68,58 @@ def verifies(job: Job) -> bool:
     return (job.options.get("verify") or "off") != "off" and _english(job.options)
 
 
+def retries(job: Job) -> bool:
+    """Whether a job's misheard segments are synthesised again (`verify: "retry"`)."""
+    return job.options.get("verify") == "retry" and verifies(job)
+
+
+# Engines that say the same words on every take: Piper's takes differ only in its noise, so
+# a misheard Piper segment is flagged, never synthesised again.
+SAME_WORDS_EVERY_TAKE = ("piper",)
+RETAKE_SEED = 7919  # seed step between takes (the length guard's own retries add 1, 2, ...)
+
+
+def takes(quality: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Return a segment's earlier takes (`verify: "retry"`), oldest first."""
+    return list(((quality or {}).get("verify") or {}).get("takes") or [])
+
+
+def take_seed(seed: int | None, quality: dict[str, Any] | None) -> int | None:
+    """Return the seed of a segment's next take: the job's, or a new one for a retake."""
+    count = len(takes(quality))
+    return (seed or 0) + RETAKE_SEED * count if count else seed
+
+
+def verify_record(job: Job, quality: dict[str, Any] | None,
+                  engine: str) -> dict[str, Any] | None:
+    """Return the `verify` entry a segment's quality keeps across its takes: its earlier
+    takes, and `retakes: false` where its engine says the same words every take."""
+    if not retries(job):
+        return None
+    record = dict((quality or {}).get("verify") or {})
+    if engine in SAME_WORDS_EVERY_TAKE:
+        record["retakes"] = False
+    return record or None
+
+
+def best_take(current: float | None, earlier: list[dict[str, Any]]) -> int | None:
+    """Return the earlier take to keep instead of the current part (None: keep the current):
+    the lowest word error rate wins, the later take on a tie."""
+    rated = [(t["wer"], -n) for n, t in enumerate(earlier) if t.get("wer") is not None]
+    if current is None or not rated:
+        return None
+    wer, minus = min(rated)
+    return -minus if wer < current else None
+
+
+def to_retake(segments: list[Segment], flagged: list[int], most: int) -> list[Segment]:
+    """Return the flagged segments to synthesise again: those whose engine can say other
+    words and that have had fewer than `most` retakes."""
+    marked = set(flagged)
+    return [s for s in segments if s.index in marked and len(takes(s.quality)) < most
+            and ((s.quality or {}).get("verify") or {}).get("retakes", True)]
+
+
 def checked(job: Job) -> bool:
     """Whether a job's finished segments go to the CPU workers for a check of either kind."""
     return wanted(job) or verifies(job)

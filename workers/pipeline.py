@@ -4,6 +4,7 @@ Tasks call these and enqueue whatever they return only after the session has com
 Every function re-reads its rows and is safe to run twice.
 """
 
+import contextlib
 import math
 import time
 import uuid
@@ -17,14 +18,14 @@ from sqlalchemy import case, exists, insert, select, update
 from sqlalchemy.orm import Session, defer
 
 from core import metrics
-from core.keys import part_key, parts_prefix, result_store
+from core.keys import part_key, parts_prefix, result_store, take_key
 from core.normalize import spoken
 from core.registry import worker_id
 from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
 from models.transitions import transition
-from storage import store_for
+from storage import MediaStore, store_for
 from workers import alignment, assembly, quality
 from workers.engine import get_engine
 from workers.engines import Audio, Engine, SpeechRequest
@@ -176,16 +177,17 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
             .where(Segment.id == segment_id, Segment.status == SegmentStatus.pending, job_running)
             .values(status=SegmentStatus.running, attempts=Segment.attempts + 1,
                     heartbeat_at=utcnow(), worker=worker_id())
-            .returning(Segment.job_id, Segment.index, Segment.text)
+            .returning(Segment.job_id, Segment.index, Segment.text, Segment.quality)
         ).first()
         if claimed is None:
             return None
-        job_id, index, text = claimed
+        job_id, index, text, earlier = claimed
         structlog.contextvars.bind_contextvars(job_id=str(job_id), segment=index)
         # Not the book's text: only the planner reads it.
         job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
         assert job is not None
         engine = engine or get_engine()
+        verify = alignment.verify_record(job, earlier, engine.info.engine)
         rate = quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
                                         job.speed)
         language = job.options.get("language")
@@ -194,7 +196,8 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
             text=spoken(text, language) if settings.normalize_text else text,
             voice=job.voice, speed=job.speed,
             instructions=job.options.get("instructions"), language=language,
-            seed=job.options.get("seed"), max_new_tokens=job.options.get("max_new_tokens"),
+            seed=alignment.take_seed(job.options.get("seed"), earlier),
+            max_new_tokens=job.options.get("max_new_tokens"),
             task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
         )
     with holding(segment_id):  # its heartbeat stays fresh while this worker works on it
@@ -204,13 +207,14 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         store_for().put(part_key(job_id, index), assembly.part_bytes(audio, engine.sample_rate))
         written = time.monotonic()
     seconds = len(audio) / engine.sample_rate
+    recorded = (flag or {}) | ({"verify": verify} if verify else {})
     with session_scope() as session:
         finished = session.execute(
             update(Segment)
             .where(Segment.id == segment_id, Segment.status == SegmentStatus.running,
                    Segment.worker == worker_id())  # not if it was handed on meanwhile
             .values(status=SegmentStatus.done, samples=len(audio), duration_seconds=seconds,
-                    heartbeat_at=utcnow(), error=None, quality=flag,
+                    heartbeat_at=utcnow(), error=None, quality=recorded or None,
                     attempts=Segment.attempts + runs - 1)
             .returning(Segment.id)
         ).first()
@@ -324,6 +328,98 @@ def _synthesize_again(job: Job, lost: assembly.PartLost, max_attempts: int) -> A
     return Assembled("waiting", job.model, (segment.id,))
 
 
+def _take_of(segment: Segment, wer: float | None) -> dict[str, Any]:
+    """Describe a segment's current part as a take (`verify: "retry"`)."""
+    return {"attempts": segment.attempts, "samples": segment.samples,
+            "seconds": segment.duration_seconds, "wer": None if wer is None else round(wer, 4)}
+
+
+def _with_takes(segment: Segment, earlier: list[dict[str, Any]],
+                **more: Any) -> dict[str, Any]:
+    quality = dict(segment.quality or {})
+    quality["verify"] = dict(quality.get("verify") or {}) | {"takes": earlier} | more
+    return quality
+
+
+def _retake(job: Job, segments: list[Segment], checked: alignment.Checks, store: MediaStore,
+            margin: float, most: int) -> Assembled | None:
+    """`verify: "retry"` at assembly, when every segment has been heard back.
+
+    Segments far above the job's median word error rate (`alignment.verification`) are
+    synthesised again with a new seed, up to `most` times each: the current part is kept
+    aside as a take, and the segment goes back to pending (returned: the job waits for
+    them). Once none is left to retake, a segment whose earlier take was heard better than
+    its last one gets that take back (part, words, error rate), so the best take is kept.
+    Returns None when the job can be assembled now.
+    """
+    verified = alignment.verification(checked.wer, margin)
+    again = alignment.to_retake(segments, verified["flagged"], most)
+    if again:
+        moved = []
+        with session_scope() as session:
+            for segment in again:
+                earlier = alignment.takes(segment.quality)
+                take = len(earlier)
+                store.put(take_key(job.id, segment.index, take),
+                          store.get(part_key(job.id, segment.index)))
+                record = _take_of(segment, checked.wer.get(segment.index))
+                if session.execute(
+                    update(Segment).where(Segment.id == segment.id,
+                                          Segment.status == SegmentStatus.done,
+                                          Segment.attempts == segment.attempts)
+                    .values(status=SegmentStatus.pending, worker=None,
+                            quality=_with_takes(segment, [*earlier, record]))
+                    .returning(Segment.id)
+                ).first() is None:
+                    continue
+                session.execute(update(Job).where(Job.id == job.id).values(
+                    segments_done=Job.segments_done - 1,
+                    audio_seconds=Job.audio_seconds - (segment.duration_seconds or 0.0)))
+                moved.append(segment.id)
+                log.warning("segment.retake", job_id=str(job.id), segment=segment.index,
+                            take=take + 1, wer=record["wer"],
+                            threshold=verified["threshold"])
+        return Assembled("waiting", job.model, tuple(moved))
+    for n, segment in enumerate(segments):
+        earlier = alignment.takes(segment.quality)
+        best = alignment.best_take(checked.wer.get(segment.index), earlier)
+        if best is not None:
+            segments[n] = _restore(job, segment, earlier, best, checked, store)
+    return None
+
+
+def _restore(job: Job, segment: Segment, earlier: list[dict[str, Any]], best: int,
+             checked: alignment.Checks, store: MediaStore) -> Segment:
+    """Put an earlier take back as a segment's part: its audio, samples, words and error
+    rate, under a new attempt count (MP3 fragments and checks are named by it)."""
+    take = earlier[best]
+    restored = Segment(**{c: getattr(segment, c) for c in (
+        "id", "job_id", "index", "chapter", "text", "pause_after", "status", "worker",
+        "heartbeat_at", "error")})
+    restored.attempts = segment.attempts + 1
+    restored.samples, restored.duration_seconds = take["samples"], take["seconds"]
+    restored.quality = _with_takes(segment, [*earlier, _take_of(
+        segment, checked.wer.get(segment.index))], kept=best)
+    store.put(part_key(job.id, segment.index), store.get(take_key(job.id, segment.index, best)))
+    then = Segment(attempts=take["attempts"], samples=take["samples"], index=segment.index)
+    for key in (alignment.words_key, alignment.heard_key):
+        with contextlib.suppress(FileNotFoundError):
+            store.put(key(job.id, restored), store.get(key(job.id, then)))
+    with session_scope() as session:
+        session.execute(update(Segment).where(Segment.id == segment.id).values(
+            attempts=restored.attempts, samples=restored.samples,
+            duration_seconds=restored.duration_seconds, quality=restored.quality))
+        session.execute(update(Job).where(Job.id == job.id).values(
+            audio_seconds=Job.audio_seconds + (take["seconds"] or 0.0)
+            - (segment.duration_seconds or 0.0)))
+    checked.wer[segment.index] = take["wer"]
+    if segment.index in checked.words:
+        checked.words[segment.index] = alignment.kept_words(store, job.id)(restored)
+    log.info("segment.take_kept", job_id=str(job.id), segment=segment.index, take=best + 1,
+             wer=take["wer"])
+    return restored
+
+
 def assemble(job_id: uuid.UUID) -> Assembled:
     """Stitch the parts into the final media and mark the job completed.
 
@@ -351,12 +447,18 @@ def assemble(job_id: uuid.UUID) -> Assembled:
         session.expunge_all()
     store = store_for()
     target = result_store(job.output_url)
+    segments = list(segments)
     try:
-        checked = alignment.checks_for(job, list(segments), store) \
+        checked = alignment.checks_for(job, segments, store) \
             if alignment.checked(job) else None
+        if checked is not None and alignment.retries(job):
+            again = _retake(job, segments, checked, store, settings.verify_wer_margin,
+                            settings.quality_retries)
+            if again is not None:
+                return again
         verified = alignment.verification(checked.wer, settings.verify_wer_margin) \
             if checked is not None and alignment.verifies(job) else None
-        result = assembly.assemble(job, list(segments), store, target,
+        result = assembly.assemble(job, segments, store, target,
                                    lambda s: part_key(job_id, s.index), settings.loudness_lufs,
                                    checks={"text": text_check},
                                    threads=settings.assembly_threads,

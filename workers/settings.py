@@ -16,7 +16,7 @@ class WorkerSettings(CoreSettings):
     segment_max_attempts: int = 3
     retry_backoff_seconds: float = 5.0  # a lost segment waits this, then 2x, 4x... (cap 600)
     assembly_max_attempts: int = 6  # storage unreachable this often: the job fails
-    quality_retries: int = 2  # re-syntheses of a runaway or truncated segment
+    quality_retries: int = 2  # re-syntheses of a runaway, truncated or misheard segment
     normalize_text: bool = True  # numbers, dates, money, abbreviations read as words
     loudness_lufs: float = -16.0  # assembly normalises each part to this; 0 turns it off
     # Threads one assembly reads, finishes and (MP3) encodes parts on; 0: one per core.

@@ -392,7 +392,7 @@ def assemble(self: Task[Any, Any], job_id: str) -> None:
         if pipeline.fail_assembly(uuid.UUID(job_id), repr(exc), attempt):
             notify.apply_async((job_id,), queue=BATCH)
         return
-    for segment_id in assembled.again:  # a lost part: the job goes on once it is redone
+    for segment_id in assembled.again:  # a lost part or a misheard take: redone, then on
         synthesize.apply_async((str(segment_id),), queue=model_queues(assembled.model)[1])
     if assembled.outcome in ("completed", "failed"):
         notify.apply_async((job_id,), queue=BATCH)
