@@ -405,13 +405,15 @@ def _restore(job: Job, segment: Segment, earlier: list[dict[str, Any]], best: in
     for key in (alignment.words_key, alignment.heard_key):
         with contextlib.suppress(FileNotFoundError):
             store.put(key(job.id, restored), store.get(key(job.id, then)))
-    with session_scope() as session:
-        session.execute(update(Segment).where(Segment.id == segment.id).values(
-            attempts=restored.attempts, samples=restored.samples,
-            duration_seconds=restored.duration_seconds, quality=restored.quality))
-        session.execute(update(Job).where(Job.id == job.id).values(
-            audio_seconds=Job.audio_seconds + (take["seconds"] or 0.0)
-            - (segment.duration_seconds or 0.0)))
+    with session_scope() as session:  # once, if two assemblies run (the other sees it done)
+        if session.execute(update(Segment).where(
+                Segment.id == segment.id, Segment.attempts == segment.attempts).values(
+                attempts=restored.attempts, samples=restored.samples,
+                duration_seconds=restored.duration_seconds, quality=restored.quality)
+                .returning(Segment.id)).first() is not None:
+            session.execute(update(Job).where(Job.id == job.id).values(
+                audio_seconds=Job.audio_seconds + (take["seconds"] or 0.0)
+                - (segment.duration_seconds or 0.0)))
     checked.wer[segment.index] = take["wer"]
     if segment.index in checked.words:
         checked.words[segment.index] = alignment.kept_words(store, job.id)(restored)
