@@ -35,17 +35,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=3, help="sentences per segment")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a PocketSphinx option for the recogniser (repeatable), e.g. "
+                             "fwdflat=no")
     args = parser.parse_args()
 
     from core.normalize import spoken
     from core.text import sentences
-    from workers.aligners import words_of
+    from workers.aligners import sphinx, words_of
     from workers.aligners.sphinx import SphinxAligner
     from workers.alignment import verification, word_error_rate
     from workers.engine import get_engine
     from workers.engines import SpeechRequest
     from workers.settings import get_settings
 
+    options = {name: _value(v) for name, v in (o.split("=", 1) for o in args.option)}
+    sphinx.RECOGNIZER_OPTIONS.update(options)
     said = [spoken(s, "en") for s in sentences(" ".join(TEXT.split()), "en")]
     engine = get_engine()
     voice, rate = engine.info.voices[0].id, engine.sample_rate
@@ -83,16 +88,30 @@ def main() -> None:
                      f"{min(values):.2f} to {max(values):.2f}",
                      f"{flagged} of {len(values)}" + (" caught" if kind != "clean"
                                                       else " flagged wrongly")])
-    print(f"Recognition check, PocketSphinx against each segment's own words, Piper "
+    print(f"Recognition check, PocketSphinx against each segment's own words"
+          f"{' with ' + ' '.join(args.option) if args.option else ''}, Piper "
           f"({engine.info.id}), {len(groups)} segments of {args.sentences} sentences; flag "
           f"above the clean median + {margin} = {threshold}")
     print(table(["take", "segments", "median WER", "range", "flagged"], rows))
     print(f"recognition: {spent / heard_s * 1000:.1f} ms CPU per audio second "
           f"({heard_s:.0f} s of audio, one thread)")
     result: dict[str, Any] = {"segments": len(groups), "per_segment": args.sentences,
+                              "options": options,
                               "threshold": threshold, "wer": rates,
                               "ms_per_audio_second": spent / heard_s * 1000}
     save("verify", result)
+
+
+def _value(text: str) -> Any:
+    """A PocketSphinx option's value: yes/no as booleans, numbers as numbers."""
+    if text in ("yes", "no"):
+        return text == "yes"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 if __name__ == "__main__":
