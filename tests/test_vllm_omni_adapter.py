@@ -232,6 +232,55 @@ def entries(**values: Any) -> Any:
         key: SimpleNamespace(list_data=value) for key, value in values.items()}))
 
 
+def test_whole_answers_in_windows_start_at_points_spread_by_request() -> None:
+    """narrator_whole_window_frames: each request's first window ends between window/2 and
+    window, the same in every process; later windows every `window` frames, each with up
+    to WINDOW_CONTEXT frames before it, so windows cover every frame once."""
+    from workers.engines.qwen3_handoff import WINDOW_CONTEXT, window_end, window_span
+
+    ends = [window_end(f"req-{n}", 0, 100) for n in range(200)]
+    assert all(50 <= e <= 100 for e in ends)
+    assert len(set(ends)) > 30  # spread: not one step for all
+    assert window_end("req-7", 0, 100) == window_end("req-7", 0, 100)
+    assert window_end("req-7", 130, 100) == 230
+    assert window_span(80, 0, WINDOW_CONTEXT) == (0, 0)
+    assert window_span(180, 80, WINDOW_CONTEXT) == (55, 25)
+    assert window_span(30, 10, WINDOW_CONTEXT) == (0, 10)
+    sent, covered = 0, []
+    for length in (window_end("r", 0, 100), 170, 250):
+        start, context = window_span(length, sent, WINDOW_CONTEXT)
+        covered += list(range(start + context, length))
+        sent = length
+    assert covered == list(range(250))
+
+
+def test_the_hand_off_sends_a_whole_answer_once_or_in_windows_and_ends_it_once() -> None:
+    """next_send over a request's talker steps, as the hand-off keeps its state: without
+    windows one payload of every frame at the end; with them, windows that cover every frame
+    once; a second "finished" call for the same request sends nothing spoken again."""
+    from workers.engines.qwen3_handoff import next_send
+
+    def run(window: int) -> list[tuple[str, int, int, int]]:
+        sent, out = 0, []
+        for length in range(1, 251):
+            kind, start, context = next_send("req-3", length, sent, window, length == 250)
+            if kind != "wait":
+                out.append((kind, start, context, length))
+                sent = 0 if kind == "last" else length
+        out.append((*next_send("req-3", 0, 0, window, True), 0))  # finished again, cleared
+        return out
+
+    assert run(0) == [("last", 0, 0, 250), ("nothing", 0, 0, 0)]
+    windows = run(100)
+    assert [k for k, *_ in windows] == ["window", "window", "last", "nothing"]
+    first = windows[0][3]
+    assert 50 <= first <= 100
+    assert windows[1] == ("window", first - 25, 25, first + 100)
+    assert windows[2] == ("last", first + 75, 25, 250)
+    assert next_send("r", 180, 180, 100, True) == ("end", 0, 0)
+    assert next_send("r", 0, 0, 100, True) == ("nothing", 0, 0)
+
+
 def test_the_hand_off_reads_the_mark_and_flattens_codebook_major() -> None:
     assert marked_whole(entries(narrator_whole=[1], text=["x"]))
     assert not marked_whole(entries(text=["x"]))

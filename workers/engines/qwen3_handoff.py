@@ -10,16 +10,43 @@ the windows. The adapter marks those with `WHOLE` in their `additional_informati
 of them, when the talker finishes, and Code2Wav decodes the sequence in one pass (its own
 300-frame chunking with 25 frames of context, as in vLLM-Omni's non-streaming mode).
 
+With `narrator_whole_window_frames: N` in the connector's extra config (0, the default: the
+whole answer at the end), a marked request is instead sent in windows of N new frames with
+WINDOW_CONTEXT frames of left context, the first window ending at a point between N/2 and N
+that depends on the request id: requests that start together then hand Code2Wav their
+windows at different steps, not all at once when they finish (bench/deploy/whole_windows.yaml,
+to be measured on the device: a streamed request's first chunk waits in Code2Wav behind
+whatever whole decodes are queued before it).
+
 Everything else, streamed requests and cloned voices (their reference codes go with the first
 window), goes through vLLM-Omni's own processor unchanged. The deploy config names this
 function as stage 0's `custom_process_next_stage_input_func`; it runs in the talker's stage
 process, which has torch and vLLM-Omni.
 """
 
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 WHOLE = "narrator_whole"
+WINDOW_CONTEXT = 25  # frames of left context per window (Code2Wav's own chunking uses 25)
+
+
+def window_end(request_id: str, sent: int, window: int) -> int:
+    """Return how many frames a whole answer must have before its next window is sent:
+    the first at a point between window/2 and window set by the request id (zlib.crc32,
+    stable across processes), then every `window` frames."""
+    if sent:
+        return sent + window
+    half = max(1, window // 2)
+    return half + zlib.crc32(request_id.encode()) % (window - half + 1)
+
+
+def window_span(length: int, sent: int, context: int) -> tuple[int, int]:
+    """Return (first frame, left context frames) of the window that sends frames
+    sent..length: up to `context` frames before `sent` go along, to be decoded and cut."""
+    start = max(0, sent - context)
+    return start, sent - start
 
 
 def marked_whole(request: Any) -> bool:
@@ -69,15 +96,57 @@ def _whole(stock: Any, transfer_manager: Any, multimodal_output: Any, request: A
         frame = stock._extract_last_frame(multimodal_output)
         if frame is not None:
             frames.append(frame.cpu().tolist())
-    if not (is_finished or request.is_finished()):
+    finished = bool(is_finished or request.is_finished())
+    sent_by = getattr(transfer_manager, "narrator_sent", None)
+    if sent_by is None:  # frames already sent per windowed request, as vLLM-Omni keeps its own
+        sent_by = transfer_manager.narrator_sent = {}
+    sent = sent_by.get(request_id, 0)
+    kind, start, context = next_send(request_id, len(frames), sent,
+                                     _window_frames(transfer_manager), finished)
+    if kind == "wait":
         return None
-    if not frames:  # nothing spoken: vLLM-Omni's own empty finished payload
+    if finished:
+        sent_by.pop(request_id, None)
+    if kind == "nothing":  # nothing spoken: vLLM-Omni's own empty finished payload
         return stock.talker2code2wav_async_chunk(transfer_manager, None, request, True)
-    codes = torch.tensor(codebook_major(frames), dtype=torch.long)
-    frames.clear()  # sent: a second finished call for this request sends no frames again
+    if kind == "end":  # every frame went in earlier windows: an empty last one ends it
+        frames.clear()  # a second finished call then sends nothing spoken again
+        return OmniPayloadStruct(codes=CodesStruct(audio=torch.empty(0, dtype=torch.long)),
+                                 meta=MetaStruct(finished=torch.tensor(True)))
+    codes = torch.tensor(codebook_major(frames[start:]), dtype=torch.long)
+    if finished:
+        frames.clear()  # sent: a second finished call for this request sends no frames again
+    else:
+        sent_by[request_id] = len(frames)
     return OmniPayloadStruct(
         codes=CodesStruct(audio=codes),
-        meta=MetaStruct(left_context_size=0, finished=torch.tensor(True, dtype=torch.bool)),
+        meta=MetaStruct(left_context_size=context,
+                        finished=torch.tensor(finished, dtype=torch.bool)),
         speaker=stock.extract_speaker_from_request(request),
         language=stock.extract_language_from_request(request),
     )
+
+
+def next_send(request_id: str, length: int, sent: int, window: int,
+              finished: bool) -> tuple[str, int, int]:
+    """Decide a whole answer's hand-off after a talker step: (kind, first frame, context).
+
+    kind: "wait" (nothing yet), "window" (frames sent..length, not the last), "last" (the
+    rest, finished), "end" (finished with every frame sent earlier: an empty last payload),
+    "nothing" (finished having spoken no frame). `window` 0: one "last" at the end.
+    """
+    if finished:
+        if length > sent:
+            return ("last", *window_span(length, sent, WINDOW_CONTEXT))
+        return ("end" if sent else "nothing"), 0, 0
+    if window and length >= window_end(request_id, sent, window):
+        return ("window", *window_span(length, sent, WINDOW_CONTEXT))
+    return "wait", 0, 0
+
+
+def _window_frames(transfer_manager: Any) -> int:
+    """Return the connector's `narrator_whole_window_frames` (0: whole answers at the end)."""
+    connector = getattr(transfer_manager, "connector", None)
+    raw = getattr(connector, "config", {}) or {}
+    extra = raw.get("extra", raw) if isinstance(raw, dict) else {}
+    return max(0, int(extra.get("narrator_whole_window_frames") or 0))
