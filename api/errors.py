@@ -76,7 +76,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         return f"{param}: this field is required", param
     if first.get("type") == "extra_forbidden":
         return f"{param}: unknown field", param
-    return f"{param}: {first.get('msg')}" if param else str(first.get("msg")), param
+    message = str(first.get("msg")).removeprefix("Value error, ")
+    return f"{param}: {message}" if param else message, param
 
 
 def install(app: FastAPI) -> None:

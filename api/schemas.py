@@ -2,7 +2,18 @@
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from core import lexicon
 
 Format = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 JobFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "m4b"]  # m4b: chapter marks
@@ -32,6 +43,9 @@ class SpeechFields(BaseModel):
     seed: StrictInt | None = None
     task_type: Annotated[StrictStr, Field(max_length=32)] | None = None
     max_new_tokens: Annotated[StrictInt, Field(ge=1, le=65536)] | None = None
+    # Pronunciation lexicons by id or name (POST /v1/audio/lexicons), the first winning.
+    lexicons: Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=128)]],
+                        Field(max_length=lexicon.MAX_PER_REQUEST)] = Field(default_factory=list)
 
     @property
     def voice_id(self) -> str | None:
@@ -86,3 +100,57 @@ class JobBody(SpeechFields):
             raise ValueError("verify hears each segment back with an English recogniser; "
                              "leave verify out for this language")
         return self
+
+
+class LexiconEntry(BaseModel):
+    """One pronunciation: a word or phrase said as `alias`, or as the phonemes `ipa`."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: Annotated[StrictStr, Field(min_length=1, max_length=lexicon.MAX_TEXT)]
+    alias: Annotated[StrictStr, Field(min_length=1, max_length=lexicon.MAX_SAY)] | None = None
+    ipa: Annotated[StrictStr, Field(min_length=1, max_length=lexicon.MAX_SAY)] | None = None
+    match_case: StrictBool = False
+
+    @model_validator(mode="after")
+    def _one_pronunciation(self) -> "LexiconEntry":
+        if not any(c.isalnum() for c in self.text):
+            raise ValueError("text: has no word to match")
+        if (self.alias is None) == (self.ipa is None):
+            raise ValueError("give either 'alias' (a respelling) or 'ipa' (phonemes), not both")
+        if self.alias is not None and not any(c.isalnum() for c in self.alias):
+            raise ValueError("alias: has nothing to say")
+        if self.ipa is not None and not self.ipa.strip():
+            raise ValueError("ipa: has no phonemes")
+        for name in ("text", "alias", "ipa"):
+            value = getattr(self, name) or ""
+            if "[" in value or "]" in value:
+                raise ValueError(f"{name}: brackets are reserved for inline phonemes")
+        return self
+
+
+class LexiconBody(BaseModel):
+    """`POST /v1/audio/lexicons` and `PUT /v1/audio/lexicons/{id}`."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Annotated[StrictStr, Field(min_length=1, max_length=128,
+                                     pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")]
+    entries: Annotated[list[LexiconEntry], Field(min_length=1,
+                                                 max_length=lexicon.MAX_ENTRIES)]
+
+    @field_validator("name")
+    @classmethod
+    def _not_an_id(cls, name: str) -> str:
+        if name.startswith("lexicon_"):
+            raise ValueError("must not start with 'lexicon_' (ids do)")
+        return name
+
+    @field_validator("entries")
+    @classmethod
+    def _distinct(cls, entries: list[LexiconEntry]) -> list[LexiconEntry]:
+        seen: set[tuple[str, bool]] = set()
+        for entry in entries:
+            key = (lexicon.entry_key(entry.model_dump()), entry.match_case)
+            if key in seen:
+                raise ValueError(f"'{entry.text}' is listed twice")
+            seen.add(key)
+        return entries

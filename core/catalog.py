@@ -80,6 +80,9 @@ class ModelInfo:
     extras: frozenset[str] = field(default_factory=frozenset)
 
     task_type: str | None = None
+    # The IPA symbols the engine takes inline (Piper's `[[ ]]`, its voice's phoneme map);
+    # empty: none, and lexicon entries given as IPA are refused for this model.
+    phonemes: str = ""
 
     def voice(self, voice_id: str) -> VoiceInfo | None:
         """Return the voice named `voice_id` (case-insensitive), or None."""
@@ -105,8 +108,10 @@ def piper_model(model_id: str) -> ModelInfo:
     language = config.get("language", {}).get("code", "en_US").replace("_", "-")
     voice = VoiceInfo(id="joe", name=f"Joe ({language}, {config['audio'].get('quality', '')})",
                       model=model_id, languages=(language,))
+    symbols = "".join(sorted(s for s in config.get("phoneme_id_map", {}) if len(s) == 1))
     return ModelInfo(id=model_id, engine="piper", sample_rate=int(config["audio"]["sample_rate"]),
-                     languages=(language,), voices=(voice,), extras=frozenset({"language"}))
+                     languages=(language,), voices=(voice,), extras=frozenset({"language"}),
+                     phonemes=symbols)
 
 
 def catalog(settings: "CoreSettings") -> tuple[ModelInfo, ...]:

@@ -1,8 +1,8 @@
-"""Public ids: `job_<32 hex>` and `voice_<32 hex>` over the rows' UUIDs."""
+"""Public ids: `job_<32 hex>`, `voice_<32 hex>` and `lexicon_<32 hex>` over the rows' UUIDs."""
 
 import uuid
 
-JOB, VOICE = "job_", "voice_"
+JOB, VOICE, LEXICON = "job_", "voice_", "lexicon_"
 
 
 def job_id(key: uuid.UUID) -> str:
@@ -13,6 +13,11 @@ def job_id(key: uuid.UUID) -> str:
 def voice_id(key: uuid.UUID) -> str:
     """Return an uploaded voice's public id."""
     return f"{VOICE}{key.hex}"
+
+
+def lexicon_id(key: uuid.UUID) -> str:
+    """Return a lexicon's public id."""
+    return f"{LEXICON}{key.hex}"
 
 
 def parse(public: str, prefix: str) -> uuid.UUID:

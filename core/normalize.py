@@ -183,9 +183,13 @@ def punctuation(text: str) -> str:
     return _SPACES.sub(" ", _DASH.sub(", ", text)).strip()
 
 
-def spoken(text: str, language: str | None = "en") -> str:
-    """Return the text as it should be read aloud."""
+def spoken(text: str, language: str | None = "en",
+           lexicon: Callable[[str], str] | None = None) -> str:
+    """Return the text as it should be read aloud (`lexicon`: core.lexicon's entries,
+    applied to the written words before the numbers, dates and abbreviations are read)."""
     text = punctuation(text)
+    if lexicon is not None:
+        text = lexicon(text)
     lang = _lang(language)
     if lang is None:
         return text

@@ -1,4 +1,4 @@
-"""`narrator`: serve, api, worker, migrate (server side); say, submit (client side)."""
+"""`narrator`: serve, api, worker, migrate (server side); say, submit, lexicon (client side)."""
 
 import os
 import signal
@@ -228,14 +228,50 @@ def _fail(response: httpx.Response) -> None:
         raise typer.Exit(1)
 
 
+LexiconOpt = Annotated[list[str] | None, typer.Option(
+    "--lexicon", help="a pronunciation lexicon's name or id (repeat for more; first wins)")]
+
+
+@cli.command()
+def lexicon(file: Annotated[Path, typer.Argument(help="JSON entries, or lines 'text<TAB>alias' "
+                                                 "('text<TAB>/ipa/' for phonemes)")],
+            name: Annotated[str, typer.Option(help="the lexicon's name")],
+            url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
+    """Create the lexicon NAME from FILE, or replace the one of that name."""
+    import json
+
+    raw = file.read_text(encoding="utf-8")
+    if file.suffix == ".json":
+        loaded = json.loads(raw)
+        entries = loaded["entries"] if isinstance(loaded, dict) else loaded
+    else:
+        entries = [_entry(*line.split("\t", 1)) for line in raw.splitlines()
+                   if line.strip() and not line.startswith("#") and "\t" in line]
+    body = {"name": name, "entries": entries}
+    with _client(url, api_key) as client:
+        response = client.post("/v1/audio/lexicons", json=body)
+        if response.status_code == 409:
+            response = client.put(f"/v1/audio/lexicons/{name}", json=body)
+    _fail(response)
+    made = response.json()
+    typer.echo(f"{made['id']}  {made['name']}: {made['entry_count']} entries")
+
+
+def _entry(text: str, say: str) -> dict[str, str]:
+    say = say.strip()
+    if len(say) > 2 and say.startswith("/") and say.endswith("/"):
+        return {"text": text.strip(), "ipa": say[1:-1]}
+    return {"text": text.strip(), "alias": say}
+
+
 @cli.command()
 def say(text: str, output: Annotated[Path, typer.Option("-o", "--output")],
-        voice: str = "", model: str = "", speed: float = 1.0, url: UrlOpt = DEFAULT_URL,
-        api_key: KeyOpt = "") -> None:
+        voice: str = "", model: str = "", speed: float = 1.0, lexicon: LexiconOpt = None,
+        url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
     """Speak TEXT into FILE; the format comes from the file's extension."""
     fmt = {"ogg": "opus"}.get(output.suffix.lstrip("."), output.suffix.lstrip(".") or "mp3")
     body: dict[str, object] = {"input": text, "response_format": fmt, "speed": speed}
-    body |= {k: v for k, v in (("voice", voice), ("model", model)) if v}
+    body |= {k: v for k, v in (("voice", voice), ("model", model), ("lexicons", lexicon)) if v}
     with _client(url, api_key) as client:
         response = client.post("/v1/audio/speech", json=body)
     _fail(response)
@@ -247,11 +283,10 @@ def say(text: str, output: Annotated[Path, typer.Option("-o", "--output")],
 def submit(file: Path, wait: bool = False,
            output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
            fmt: Annotated[str, typer.Option("--format")] = "mp3", voice: str = "",
-           url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
+           lexicon: LexiconOpt = None, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
     """Submit FILE (plain text) as a job; with --wait, follow it and download the audio."""
     body: dict[str, object] = {"input": file.read_text(encoding="utf-8"), "response_format": fmt}
-    if voice:
-        body["voice"] = voice
+    body |= {k: v for k, v in (("voice", voice), ("lexicons", lexicon)) if v}
     with _client(url, api_key) as client:
         response = client.post("/v1/audio/jobs", json=body)
         _fail(response)

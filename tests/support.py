@@ -140,6 +140,22 @@ def audio_stats(data: bytes, fmt: str, rate: int | None = None) -> tuple[float, 
     return len(audio) / sample_rate, float(np.sqrt(np.mean(audio**2)))
 
 
+TOMATO = "He put the tomato on the table."  # the lexicon tests say "tomato" as "banana"
+
+
+def fruit_heard(audio: bytes) -> set[str]:
+    """Which of 'tomato' and 'banana' the recogniser hears in TOMATO's audio, free to hear
+    either at that place (its language model holds both sentences)."""
+    from core.audio import decode
+    from workers.aligners.sphinx import SphinxAligner
+
+    samples, rate = decode(audio)
+    heard = SphinxAligner().transcribe(np.asarray(samples, dtype=np.float32), rate,
+                                       f"{TOMATO} {TOMATO.replace('tomato', 'banana')}")
+    assert heard is not None
+    return {"tomato", "banana"} & set(heard)
+
+
 def wait_job(client: httpx.Client, job_id: str, timeout: float = 120,
              until: tuple[str, ...] = ("completed", "failed", "cancelled")) -> dict[str, Any]:
     """Poll a job until its status is one of `until`; return the job object."""

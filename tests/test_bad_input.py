@@ -27,6 +27,10 @@ CASES: list[tuple[str, dict[str, Any] | str, str | None, str]] = [
     ("unknown field", OK | {"colour": "blue"}, "colour", "unknown field"),
     ("seed on a model without it", OK | {"seed": 3}, "seed", "not supported"),
     ("language the voice lacks", OK | {"language": "de"}, "language", "en-US"),
+    ("unknown lexicon", OK | {"lexicons": ["nobody-made-this"]}, "lexicons",
+     "no lexicon 'nobody-made-this'"),
+    ("too many lexicons", OK | {"lexicons": ["a", "b", "c", "d", "e", "f"]}, "lexicons",
+     "at most 5"),
     ("malformed JSON", '{"input": "Hello.",', None, "not valid JSON"),
     ("body not an object", "[1, 2]", None, ""),
 ]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import Stack, audio_stats, narrator
+from tests.support import TOMATO, Stack, audio_stats, fruit_heard, narrator
 
 
 def test_say_writes_audio_in_the_format_of_the_extension(local_stack: Stack,
@@ -93,3 +93,25 @@ def test_a_worker_with_no_model_queue_runs_a_thread_per_core(
         assert argv[argv.index("-Q") + 1] == "assembly"
         assert argv[argv.index("--pool") + 1] == "threads"
         assert argv[argv.index("-c") + 1] == str(cores())
+
+
+def test_lexicon_from_a_tsv_file_is_made_then_replaced_and_a_job_speaks_it(
+        local_stack: Stack, tmp_path: Path) -> None:
+    names = tmp_path / "names.tsv"
+    names.write_text("# text\tsaid as\ntomato\tpotato\n", encoding="utf-8")
+    run = ("--url", local_stack.url)
+    made = subprocess.run(narrator("lexicon", str(names), "--name", "cli-fruit", *run),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert made.returncode == 0, made.stderr
+    names.write_text("tomato\t/bənˈænə/\n", encoding="utf-8")  # IPA: Piper's "banana"
+    again = subprocess.run(narrator("lexicon", str(names), "--name", "cli-fruit", *run),
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split()[0] == made.stdout.split()[0]  # the same lexicon, replaced
+    chapter, out = tmp_path / "fruit.txt", tmp_path / "fruit.wav"
+    chapter.write_text(TOMATO, encoding="utf-8")
+    done = subprocess.run(narrator("submit", str(chapter), "--lexicon", "cli-fruit", "--wait",
+                                   "--format", "wav", "-o", str(out), *run),
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    assert fruit_heard(out.read_bytes()) == {"banana"}

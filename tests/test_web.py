@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import base_env
 from tests.epub_maker import make_epub
-from tests.support import Stack, embedded, start_stack
+from tests.support import TOMATO, Stack, embedded, fruit_heard, start_stack
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.common.exceptions import (  # noqa: E402
@@ -275,6 +275,38 @@ def test_voices_are_listed_and_upload_says_why_it_is_off(browser: WebDriver,
     assert all(r.text.endswith("builtin") for r in rows)
     assert "No model here clones voices" in text_of(browser, "voice-note")
     assert not browser.find_element(By.ID, "voice-go").is_enabled()
+
+
+def test_a_lexicon_saved_in_the_console_is_spoken_by_a_job_picked_with_it(
+        browser: WebDriver, served: str) -> None:
+    open_console(browser, served, "voices")
+    browser.find_element(By.ID, "lexicon-name").send_keys("console-fruit")
+    browser.find_element(By.ID, "lexicon-entries").send_keys("tomato = potato")
+    browser.find_element(By.ID, "lexicon-go").click()
+    until(browser, lambda d: "console-fruit" in text_of(d, "lexicon-table"))
+    entries = browser.find_element(By.ID, "lexicon-entries")
+    entries.clear()
+    entries.send_keys("tomato = /bənˈænə/")  # saved again under its name: replaced
+    browser.find_element(By.ID, "lexicon-go").click()
+    until(browser, lambda d: text_of(d, "status") == "lexicon console-fruit saved"
+          and not d.find_element(By.ID, "lexicon-go").get_attribute("disabled"))
+    lexicon = httpx.get(f"{served}/v1/audio/lexicons/console-fruit").json()
+    assert lexicon["entries"] == [{"text": "tomato", "ipa": "bənˈænə"}]
+
+    open_console(browser, served, "jobs")
+    box = browser.find_element(By.ID, "job-text")
+    box.clear()
+    box.send_keys(TOMATO)
+    Select(browser.find_element(By.ID, "job-format")).select_by_visible_text("wav")
+    until(browser, lambda d: len(Select(d.find_element(By.ID, "job-lexicon")).options) > 1)
+    Select(browser.find_element(By.ID, "job-lexicon")).select_by_value(lexicon["id"])
+    browser.find_element(By.ID, "job-submit").click()
+    job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
+                   if text_of(d, "status").startswith("submitted job_") else None)
+    until(browser, lambda d: "completed" in row_text(d, f'tr[data-job="{job_id}"]'), 120)
+    job = httpx.get(f"{served}/v1/audio/jobs/{job_id}").json()
+    assert job["lexicons"] == [lexicon["id"]]
+    assert fruit_heard(httpx.get(job["result"]["url"]).content) == {"banana"}
 
 
 def test_keyboard_and_labels(browser: WebDriver, served: str) -> None:

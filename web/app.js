@@ -121,6 +121,56 @@ async function loadCatalog() {
   }
 }
 
+// ---- Pronunciation lexicons: pick one for speech and jobs; list and save them ----
+
+function chosenLexicon(prefix) {
+  const id = $(`${prefix}-lexicon`).value;
+  return id ? { lexicons: [id] } : {};
+}
+
+async function loadLexicons() {
+  const lexicons = (await (await api("/v1/audio/lexicons")).json()).data;
+  for (const picker of document.querySelectorAll(".lexicon-picker")) {
+    const kept = picker.value;
+    picker.replaceChildren(new Option("none", ""),
+      ...lexicons.map((l) => new Option(`${l.name} (${l.entry_count})`, l.id)));
+    picker.value = lexicons.some((l) => l.id === kept) ? kept : "";
+  }
+  $("lexicon-table").tBodies[0].replaceChildren(...lexicons.map((l) => {
+    const row = document.createElement("tr");
+    for (const text of [l.name, String(l.entry_count), l.id]) {
+      const td = document.createElement("td"); td.textContent = text; row.append(td);
+    }
+    return row;
+  }));
+}
+
+function lexiconEntries(lines) {
+  return lines.split("\n").filter((line) => line.includes("=")).map((line) => {
+    const at = line.indexOf("=");
+    const text = line.slice(0, at).trim();
+    const said = line.slice(at + 1).trim();
+    return said.length > 2 && said.startsWith("/") && said.endsWith("/")
+      ? { text, ipa: said.slice(1, -1) } : { text, alias: said };
+  });
+}
+
+$("lexicon-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  guarded($("lexicon-go"), async () => {
+    const name = $("lexicon-name").value.trim();
+    const json = { name, entries: lexiconEntries($("lexicon-entries").value) };
+    try {
+      await api("/v1/audio/lexicons", { method: "POST", json });
+    } catch (error) {
+      if (error.status !== 409) throw error;
+      await api(`/v1/audio/lexicons/${encodeURIComponent(name)}`, { method: "PUT", json });
+    }
+    say(`lexicon ${name} saved`);
+    await loadLexicons();
+  });
+});
+
 function fillVoices(prefix) {
   const model = $(`${prefix}-model`).value;
   $(`${prefix}-voice`).replaceChildren(...voices.filter((v) => v.model === model)
@@ -207,7 +257,7 @@ $("speak-form").addEventListener("submit", (event) => {
   event.preventDefault();
   const body = { model: $("speak-model").value, voice: $("speak-voice").value,
     input: $("speak-text").value, response_format: $("speak-format").value,
-    speed: Number($("speak-speed").value) };
+    speed: Number($("speak-speed").value), ...chosenLexicon("speak") };
   guarded($("speak-go"), () => ($("speak-stream").checked ? speakStreamed(body) : speakWhole(body)));
 });
 
@@ -229,6 +279,7 @@ function jobRequest() {
     subtitles: [["job-srt", "srt"], ["job-vtt", "vtt"], ["job-words", "words"]]
       .filter(([id]) => $(id).checked).map(([, kind]) => kind) };
   if ($("job-verify").value !== "off") fields.verify = $("job-verify").value;
+  Object.assign(fields, chosenLexicon("job"));
   if (kind() === "epub") {
     const file = $("job-file").files[0];
     if (!file) throw new Error("choose an EPUB file first");
@@ -467,7 +518,7 @@ async function openPlayer(job) {
 
 async function loadVoices() {
   try {
-    await loadCatalog();
+    await Promise.all([loadCatalog(), loadLexicons()]);
     $("voice-table").tBodies[0].replaceChildren(...voices.map((v) => {
       const row = document.createElement("tr");
       for (const text of [v.name, v.model, v.languages.join(", "), v.kind]) {
@@ -509,3 +560,4 @@ window.addEventListener("hashchange", showTab);
 $("forget-key").hidden = !sessionStorage.getItem(KEY);
 showTab();
 loadCatalog().catch(showError);
+loadLexicons().catch(showError);

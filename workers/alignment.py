@@ -22,7 +22,7 @@ import structlog
 from sqlalchemy.orm import defer
 
 from core.keys import part_key, parts_prefix
-from core.normalize import spoken
+from core.lexicon import reader_for
 from models import Job, JobStatus, Segment, SegmentStatus
 from models.db import session_scope
 from storage import MediaStore, store_for
@@ -169,8 +169,7 @@ def _check_part(job: Job, segment: Segment, store: MediaStore, checker: Any, *, 
     with store.open(part_key(job.id, segment.index)) as f:
         rate = sf.info(f).samplerate
     audio = assembly.read_part(segment, store, lambda s: part_key(job.id, s.index))
-    language = job.options.get("language")
-    text = spoken(segment.text, language) if get_settings().normalize_text else segment.text
+    text = reader_for(job.options, get_settings().normalize_text)(segment.text)
     words = wer = None
     if align:
         words = checker.align(audio, rate, text)

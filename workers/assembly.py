@@ -20,6 +20,7 @@ import soundfile as sf
 from core.audio import EXTENSIONS, fade_edges, loudness_normalize
 from core.audio import encode_to as encode_blocks
 from core.keys import job_prefix, parts_prefix
+from core.lexicon import reader_for
 from models import Job, Segment
 from storage import MediaStore
 from workers import fragments
@@ -309,7 +310,7 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         kept = {s.index: words(s) for s in segments}
         words = lambda s: kept[s.index]  # noqa: E731
     cues, timing = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2],
-                                 words, normalized)
+                                 words, reader_for(job.options, normalized))
     subtitle_keys = {}
     for kind in job.options.get("subtitles") or []:
         if kind == "words":

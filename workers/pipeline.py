@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, defer
 
 from core import metrics
 from core.keys import part_key, parts_prefix, result_store, take_key
-from core.normalize import spoken
+from core.lexicon import reader_for
 from core.registry import worker_id
 from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
@@ -193,7 +193,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         language = job.options.get("language")
         checked = alignment.checked(job)
         request = SpeechRequest(
-            text=spoken(text, language) if settings.normalize_text else text,
+            text=reader_for(job.options, settings.normalize_text)(text),
             voice=job.voice, speed=job.speed,
             instructions=job.options.get("instructions"), language=language,
             seed=alignment.take_seed(job.options.get("seed"), earlier),

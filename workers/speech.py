@@ -12,7 +12,7 @@ import structlog
 from core import metrics
 from core.audio import CONTENT_TYPES, encode, to_pcm16
 from core.channel import Channel, Message, channel_for
-from core.normalize import spoken
+from core.lexicon import reader_for
 from core.registry import worker_id
 from core.text import clauses, clean, paragraphs, sentences
 from workers.engine import get_engine
@@ -54,11 +54,11 @@ def requests_for(payload: dict[str, Any]) -> list[SpeechRequest]:
     language, cap = payload.get("language"), payload.get("max_new_tokens")
     texts = groups(payload["input"], language, settings.sync_piece_limit)
     total = sum(map(len, texts))
-    out = []
+    say, out = reader_for(payload, settings.normalize_text), []
     for n, text in enumerate(texts):
         share = cap if cap is None or len(texts) == 1 else max(1, round(cap * len(text) / total))
         out.append(SpeechRequest(
-            text=spoken(text, language) if settings.normalize_text else text,
+            text=say(text),
             voice=payload["voice"], speed=payload.get("speed", 1.0),
             instructions=payload.get("instructions"), language=language,
             seed=payload.get("seed"), max_new_tokens=share, task_type=payload.get("task_type"),

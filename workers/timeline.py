@@ -6,6 +6,7 @@ from itertools import groupby
 from typing import Any, Protocol
 
 from core.ids import job_id
+from core.lexicon import Reader
 from core.normalize import spoken
 from core.text import clauses as text_clauses
 from core.text import sentences
@@ -146,7 +147,7 @@ def chapter_spans(job: Job, segments: list[Segment], timeline: Timeline) -> list
 
 
 def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
-                  words: Words | None = None, normalized: bool = True
+                  words: Words | None = None, say: Reader | None = None
                   ) -> tuple[list[tuple[float, float, str]], list[str]]:
     """One cue per sentence (per clause where it is long: `clauses`), (start s, end s,
     text), and each segment's timing.
@@ -154,22 +155,24 @@ def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
     Each segment's span is exact, from the sample counts of its part. Inside a segment, a
     sentence runs from its first word's start to its last word's end where `words` has the
     segment's aligned words ("aligned"); written sentences map to spoken words by counting
-    the words of each one's spoken form (`normalized`: as core.normalize.spoken reads it), so
-    cues show "3:45 p.m." where the aligner heard "three forty-five p m". Otherwise
+    the words of each one's spoken form (`say`, the job's reader, core.lexicon: by default
+    core.normalize.spoken), so cues show "3:45 p.m." where the aligner heard "three
+    forty-five p m", and a lexicon's word as written where its alias was spoken. Otherwise
     ("estimated"), the span is shared among the sentences by their letters and digits, and
     the segment's last cue ends exactly where its audio ends.
     """
     cues, timing = [], []
+    say = say or (lambda text: spoken(text, language))
     for n, segment in enumerate(segments):
         start, samples = timeline.starts[n], segment.samples or 0
         parts = sentences(segment.text, language) or [segment.text]
         placed = words(segment) if words is not None else None
-        spans = _word_spans(parts, placed, language, normalized) if placed else None
+        spans = _word_spans(parts, placed, say) if placed else None
         if spans is not None:
             timing.append("aligned")
             cues += [((start + a) / timeline.rate, (start + b) / timeline.rate, text)
                      for part, span in zip(parts, spans, strict=True)
-                     for text, (a, b) in _clause_spans(part, span, language, normalized)]
+                     for text, (a, b) in _clause_spans(part, span, say)]
             continue
         timing.append("estimated")
         pieces = [clause for part in parts for clause in clauses(part)]
@@ -197,15 +200,15 @@ def word_track(segments: list[Segment], timeline: Timeline, words: Words | None,
         s.index for s, kind in zip(segments, timing, strict=True) if kind == "estimated"]}
 
 
-def _counts(parts: list[str], language: str, normalized: bool) -> list[int]:
+def _counts(parts: list[str], say: Reader) -> list[int]:
     """How many spoken words each written part has (as the aligner was given them)."""
-    return [len(words_of(spoken(part, language) if normalized else part)) for part in parts]
+    return [len(words_of(say(part))) for part in parts]
 
 
-def _word_spans(parts: list[str], placed: "list[Word]", language: str,
-                normalized: bool) -> "list[list[Word]] | None":
+def _word_spans(parts: list[str], placed: "list[Word]",
+                say: Reader) -> "list[list[Word]] | None":
     """Each written sentence's words in its segment; None if the counts disagree."""
-    counts = _counts(parts, language, normalized)
+    counts = _counts(parts, say)
     if 0 in counts or sum(counts) != len(placed):
         return None
     spans, at = [], 0
@@ -215,12 +218,12 @@ def _word_spans(parts: list[str], placed: "list[Word]", language: str,
     return spans
 
 
-def _clause_spans(sentence: str, placed: "list[Word]", language: str,
-                  normalized: bool) -> list[tuple[str, tuple[int, int]]]:
+def _clause_spans(sentence: str, placed: "list[Word]",
+                  say: Reader) -> list[tuple[str, tuple[int, int]]]:
     """A sentence's cues from its words: one per clause where it is long (`clauses`) and
     its clauses' spoken words add up to the sentence's, else the whole sentence."""
     pieces = clauses(sentence)
-    counts = _counts(pieces, language, normalized)
+    counts = _counts(pieces, say)
     if len(pieces) == 1 or 0 in counts or sum(counts) != len(placed):
         return [(sentence, (placed[0].start, placed[-1].end))]
     out, at = [], 0

@@ -18,6 +18,7 @@ from starlette.concurrency import iterate_in_threadpool
 from api import job_input
 from api.errors import ApiError, Json, bad_request, not_found, unavailable
 from api.limits import check_job_caps
+from api.routes.lexicons import named_lexicons
 from api.routes.voices import uploaded_voices
 from api.schemas import JobBody
 from api.state import OwnerDep, SessionDep, State, StateDep
@@ -106,6 +107,7 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
     chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
     output_url = job_input.check_output_url(body.output_url, state.settings.output_prefixes)
+    lexicons, lexicon = await named_lexicons(session, owner, body.lexicons, model)
     await job_input.check_webhook_url(body.webhook_url, state.settings.outbound_allow)
     digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),
                                          option=orjson.OPT_SORT_KEYS) + upload_digest).hexdigest()
@@ -119,7 +121,8 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     await check_job_caps(session, owner, characters, state.settings.max_active_jobs_per_key,
                          state.settings.max_chars_per_day_per_key)
     options = {k: v for k, v in body.extras().items()} | {"subtitles": body.subtitles} | (
-        {"verify": body.verify} if body.verify != "off" else {})
+        {"verify": body.verify} if body.verify != "off" else {}) | (
+        {"lexicons": lexicons, "lexicon": lexicon} if lexicons else {})
     now = utcnow()
     values: dict[str, Any] = {
         "id": uuid7(), "owner": owner, "status": JobStatus.queued, "model": model.id,

@@ -8,6 +8,7 @@ from fastapi.responses import StreamingResponse
 
 from api import streaming
 from api.errors import ApiError, bad_request, unavailable
+from api.routes.lexicons import named_lexicons
 from api.routes.voices import uploaded_voices
 from api.schemas import SpeechBody
 from api.state import OwnerDep, SessionDep, State, StateDep
@@ -39,10 +40,12 @@ async def create_speech(body: SpeechBody, request: Request, state: StateDep,
                           f"'{body.stream_format}' sends {' or '.join(allowed)}, not "
                           f"'{body.response_format}'", "response_format",
                           "unsupported_parameter")
+    _, lexicon = await named_lexicons(session, owner, body.lexicons, model)
     request_id: str = request.state.request_id  # api.observability: also the channel's name
     payload = {"request_id": request_id, "input": text, "model": model.id, "voice": voice.id,
                "response_format": body.response_format, "speed": body.speed,
-               "stream": streamed, "sent_at": time.time(), **body.extras()}
+               "stream": streamed, "sent_at": time.time(), **body.extras()} | (
+        {"lexicon": lexicon} if lexicon else {})
     timeout = state.settings.sync_timeout_seconds
     try:
         state.celery.send_task(SPEAK, args=[payload],
