@@ -1,7 +1,11 @@
 """Turn a job request into its chapters and options: JSON, Markdown or an EPUB upload."""
 
+import base64
+import binascii
 import hashlib
+import io
 import posixpath
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -86,35 +90,49 @@ async def check_webhook_url(url: str | None, allow: str) -> None:
 
 
 MULTIPART = {
-    "type": "object", "required": ["file"],
+    "type": "object",
     "properties": {"file": {"type": "string", "format": "binary",
                             "description": "an EPUB; chapters come from its spine and TOC"},
+                   "cover": {"type": "string", "format": "binary",
+                             "description": "a JPEG or PNG cover for the audiobook's files"},
                    "request": {"type": "string",
-                               "description": "the JSON job fields, without input/chapters"}}}
+                               "description": "the JSON job fields (input or chapters, "
+                                              "unless an EPUB is given)"}}}
+MAX_COVER_BYTES = 5 * 1024 * 1024
+MAX_COVER_SIDE = 5000
 
 
-async def job_body(request: Request, max_bytes: int) -> tuple[JobBody, bytes]:
-    """Parse a JSON body, or a multipart EPUB upload with a `request` JSON field."""
+@dataclass
+class JobRequest:
+    """A parsed job request: its fields, a digest of what was uploaded, and its cover."""
+
+    body: JobBody
+    upload_digest: bytes = b""
+    cover: bytes | None = None
+
+
+async def job_body(request: Request, max_bytes: int) -> JobRequest:
+    """Parse a JSON body, or a multipart one: a `request` JSON field with an EPUB `file`
+    and/or a `cover` image."""
     kind = request.headers.get("content-type", "")
     if not kind.startswith("multipart/form-data"):
-        raw = await request.body()
-        try:
-            return JobBody.model_validate_json(raw), b""
-        except ValidationError as exc:
-            raise RequestValidationError(exc.errors()) from None
-    form = await request.form(max_files=1, max_fields=20, max_part_size=max_bytes)
-    upload = form.get("file")
-    if not isinstance(upload, UploadFile):
-        raise bad_request("file: upload an EPUB as the 'file' field", "file", "invalid_value")
-    data = await upload.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise ApiError(413, f"file: larger than {max_bytes // (1024 * 1024)} MB",
-                       param="file", code="file_too_large")
+        body = _validated(await request.body())
+        cover = _base64_cover(body.cover) if body.cover is not None else None
+        return JobRequest(body.model_copy(update={"cover": None}), b"", cover)
+    form = await request.form(max_files=2, max_fields=20, max_part_size=max_bytes)
     fields = form.get("request") or "{}"
-    try:
-        body = JobBody.model_validate_json(fields if isinstance(fields, str) else "{}")
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors()) from None
+    body = _validated(fields if isinstance(fields, str) else "{}")
+    if body.cover is not None:
+        raise bad_request("cover: upload the cover as the 'cover' file", "cover",
+                          "invalid_value")
+    upload, image = form.get("file"), form.get("cover")
+    cover = await _read(image, "cover", MAX_COVER_BYTES) if image is not None else None
+    if upload is None:
+        if image is None:
+            raise bad_request("file: upload an EPUB as the 'file' field (or give 'input' in "
+                              "'request' with a 'cover')", "file", "invalid_value")
+        return JobRequest(body, hashlib.sha256(cover or b"").digest(), cover)
+    data = await _read(upload, "file", max_bytes)
     if body.input is not None or body.chapters is not None:
         raise bad_request("input: give the text as the EPUB file or as JSON, not both",
                           "input", "invalid_value")
@@ -123,4 +141,52 @@ async def job_body(request: Request, max_bytes: int) -> tuple[JobBody, bytes]:
     except BadEpub as exc:
         raise bad_request(str(exc), "file", "invalid_epub") from None
     chapters = [Chapter(title=(c["title"] or "")[:500] or None, input=c["input"]) for c in parsed]
-    return body.model_copy(update={"chapters": chapters}), hashlib.sha256(data).digest()
+    return JobRequest(body.model_copy(update={"chapters": chapters}),
+                      hashlib.sha256(data + (cover or b"")).digest(), cover)
+
+
+def _validated(raw: str | bytes) -> JobBody:
+    try:
+        return JobBody.model_validate_json(raw)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+
+
+async def _read(part: object, name: str, limit: int) -> bytes:
+    if not isinstance(part, UploadFile):
+        raise bad_request(f"{name}: must be a file", name, "invalid_value")
+    data = await part.read(limit + 1)
+    if len(data) > limit:
+        raise ApiError(413, f"{name}: larger than {limit // (1024 * 1024)} MB",
+                       param=name, code="file_too_large")
+    return data
+
+
+def _base64_cover(text: str) -> bytes:
+    try:
+        data = base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise bad_request("cover: not base64 (give a JPEG or PNG as base64, or upload it as "
+                          "a multipart 'cover' file)", "cover", "invalid_value") from None
+    if len(data) > MAX_COVER_BYTES:
+        raise ApiError(413, f"cover: larger than {MAX_COVER_BYTES // (1024 * 1024)} MB",
+                       param="cover", code="file_too_large")
+    return data
+
+
+def check_cover(data: bytes) -> str:
+    """Decode a cover image whole and return its extension (jpg or png), or raise a 400."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data), formats=["JPEG", "PNG"]) as image:
+            width, height = image.size
+            if max(width, height) > MAX_COVER_SIDE:
+                raise bad_request(f"cover: {width}x{height} is over {MAX_COVER_SIDE} pixels "
+                                  "a side", "cover", "invalid_image")
+            image.load()  # every pixel: a truncated or corrupt file fails here
+            kind = image.format
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        raise bad_request("cover: not a JPEG or PNG image that decodes", "cover",
+                          "invalid_image") from None
+    return "jpg" if kind == "JPEG" else "png"

@@ -76,6 +76,17 @@ class Chapter(BaseModel):
     input: StrictStr
 
 
+class Book(BaseModel):
+    """What a finished audiobook file says of itself (m4b and MP3 tags)."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: Annotated[StrictStr, Field(min_length=1, max_length=500)] | None = None
+    author: Annotated[StrictStr, Field(min_length=1, max_length=500)] | None = None
+    narrator: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None  # voice
+    year: Annotated[StrictInt, Field(ge=1, le=9999)] | None = None
+    description: Annotated[StrictStr, Field(min_length=1, max_length=4000)] | None = None
+
+
 class JobBody(SpeechFields):
     """`POST /v1/audio/jobs`: `input` or `chapters`, plus delivery options."""
 
@@ -89,6 +100,9 @@ class JobBody(SpeechFields):
     subtitles: list[Subtitle] = Field(default_factory=list)
     verify: Verify = "off"
     metadata: dict[str, Any] = Field(default_factory=dict)
+    book: Book | None = None
+    # A JPEG or PNG cover, base64 (or a multipart `cover` file); m4b and MP3 carry it.
+    cover: Annotated[StrictStr, Field(max_length=8 * 1024 * 1024)] | None = None
 
     @model_validator(mode="after")
     def _words_in_english(self) -> "JobBody":

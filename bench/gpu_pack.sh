@@ -24,7 +24,7 @@ python3 -m pip download -q --no-deps $PLAT -d "$W"/wheels \
   tzlocal six \
   tzdata redis==8.1.0 fsspec==2026.9.0 botocore==1.43.117 jmespath==1.1.0 soxr==1.1.0 \
   pyloudnorm==0.2.0 num2words==0.5.14 pysbd==0.3.4 markdown-it-py==4.3.0 jiwer==4.0.0 \
-  rapidfuzz==3.14.6 \
+  rapidfuzz==3.14.6 mutagen==1.48.1 \
   mdurl==0.1.2 beautifulsoup4==4.15.0 soupsieve==4.1.2 typer==0.29.2 rich==15.0.0 \
   Pygments==2.21.0 shellingham==1.5.4 structlog==26.1.0 prometheus_client==0.26.0 \
   pydantic-settings==2.16.3 python-dotenv==1.2.4 \

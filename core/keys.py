@@ -10,6 +10,11 @@ def job_prefix(job_id: uuid.UUID) -> str:
     return f"jobs/{job_id}"
 
 
+def cover_key(job_id: uuid.UUID, extension: str) -> str:
+    """Return where a job's cover image is kept (deleted with the job)."""
+    return f"{job_prefix(job_id)}/cover.{extension}"
+
+
 def parts_prefix(job_id: uuid.UUID) -> str:
     """Return the prefix of a job's working parts (deleted once it is assembled)."""
     return f"{job_prefix(job_id)}/parts"

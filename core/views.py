@@ -82,4 +82,4 @@ def job_object(job: Job, url_for: UrlFor, api_base: str) -> dict[str, Any]:
         "result": _result(job, url_for, content),
         "error": job.error,
         "metadata": job.meta,
-    } | ({"lexicons": job.options["lexicons"]} if job.options.get("lexicons") else {})
+    } | {k: job.options[k] for k in ("book", "lexicons") if job.options.get(k)}

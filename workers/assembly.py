@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import soundfile as sf
+import structlog
 
 from core.audio import EXTENSIONS, fade_edges, loudness_normalize
 from core.audio import encode_to as encode_blocks
@@ -25,6 +26,8 @@ from models import Job, Segment
 from storage import MediaStore
 from workers import fragments
 from workers.engines import Audio
+from workers.tags import TAGGED, Tags, book_tags
+from workers.tags import write as write_tags
 from workers.timeline import (
     Timeline,
     Words,
@@ -35,6 +38,7 @@ from workers.timeline import (
     word_track,
 )
 
+log = structlog.get_logger()
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -184,6 +188,18 @@ def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline
             encoder.result()
 
 
+def tags_of(job: Job, store: MediaStore) -> Tags | None:
+    """Return the tags of a job's files: its `book` and cover (None: it gave neither)."""
+    cover = None
+    if job.options.get("cover"):
+        try:
+            with store.open(job.options["cover"]) as f:
+                cover = f.read()
+        except FileNotFoundError:  # removed by hand: the book is still worth finishing
+            log.warning("job.cover_missing", job_id=str(job.id), key=job.options["cover"])
+    return book_tags(job.options, job.voice, cover)
+
+
 def kept_fragment(store: MediaStore, key: str) -> fragments.Encoded | None:
     """Return a group's fragment encoded earlier (workers.progressive.encode_fragment), if any."""
     try:
@@ -300,6 +316,12 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
             with contextlib.closing(ordered(finished, segments, threads)) as blocks:
                 _encode(segments, blocks, timeline, fmt, main,
                         [span.mark(rate) for span in spans], files)
+        marks = [span.mark(rate) for span in spans]
+        tags = tags_of(job, store) if fmt in TAGGED else None
+        if tags is not None:
+            write_tags(main, fmt, tags, marks if split else None)
+            for path, span in zip(files, spans, strict=False):  # none unless split
+                write_tags(path, fmt, tags.for_chapter(span.title, span.number + 1, len(spans)))
         target.put_file(str(main), f"{base}/audio.{ext}")
         chapters = [span.record(rate) for span in spans]
         for chapter, span, path in zip(chapters, spans, files, strict=False):

@@ -25,7 +25,7 @@ from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve
 from core import ids
 from core.formats import CONTENT_TYPES
-from core.keys import job_prefix, result_store
+from core.keys import cover_key, job_prefix, result_store
 from core.queues import ASSEMBLE, BATCH, NOTIFY, SYNTHESIZE, assembly_queue, model_queues
 from core.views import job_object
 from models import ACTIVE, Job, JobStatus, Segment, SegmentStatus, utcnow
@@ -102,15 +102,18 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
                      idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
                      ) -> Json:
     """Create a job (JSON, or an EPUB upload), commit it, then enqueue its plan."""
-    body, upload_digest = await job_input.job_body(request, state.settings.max_body_bytes)
+    parsed = await job_input.job_body(request, state.settings.max_body_bytes)
+    body, cover = parsed.body, parsed.cover
     models = await state.catalogue.models()
     model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
     chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
     output_url = job_input.check_output_url(body.output_url, state.settings.output_prefixes)
     lexicons, lexicon = await named_lexicons(session, owner, body.lexicons, model)
+    cover_kind = await anyio.to_thread.run_sync(job_input.check_cover, cover) if cover else None
     await job_input.check_webhook_url(body.webhook_url, state.settings.outbound_allow)
     digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),
-                                         option=orjson.OPT_SORT_KEYS) + upload_digest).hexdigest()
+                                         option=orjson.OPT_SORT_KEYS)
+                            + parsed.upload_digest + (cover or b"")).hexdigest()
     if idempotency_key:
         existing = await session.scalar(
             select(Job).options(defer(Job.chapters, raiseload=True))
@@ -123,9 +126,14 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     options = {k: v for k, v in body.extras().items()} | {"subtitles": body.subtitles} | (
         {"verify": body.verify} if body.verify != "off" else {}) | (
         {"lexicons": lexicons, "lexicon": lexicon} if lexicons else {})
+    key = uuid7()
+    if body.book is not None:
+        options["book"] = body.book.model_dump(exclude_none=True)
+    if cover_kind is not None:
+        options["cover"] = cover_key(key, cover_kind)
     now = utcnow()
     values: dict[str, Any] = {
-        "id": uuid7(), "owner": owner, "status": JobStatus.queued, "model": model.id,
+        "id": key, "owner": owner, "status": JobStatus.queued, "model": model.id,
         "voice": voice.id, "response_format": body.response_format, "speed": body.speed,
         "options": options, "chapters": chapters, "output_url": output_url,
         "webhook_url": body.webhook_url, "meta": body.metadata,
@@ -145,12 +153,15 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
             raise
         return _replay(existing, digest, request, state)
     try:
+        if cover is not None:
+            await anyio.to_thread.run_sync(state.store.put, options["cover"], cover)
         await state.planner.plan(str(job.id))
     except Exception as exc:
         # Nobody has seen this job yet: remove it rather than leave it orphaned.
         await session.execute(delete(Job).where(Job.id == job.id))
         await session.commit()
-        raise unavailable(f"the broker is unreachable, the job was not created: {exc}") from exc
+        raise unavailable(f"the broker or storage is unreachable, the job was not created: "
+                          f"{exc}") from exc
     rendered = _render(job, request, state)
     return Json(rendered, status_code=202,
                 headers={"Location": f"/v1/audio/jobs/{rendered['id']}"})
@@ -163,7 +174,7 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
 async def preview_job(request: Request, state: StateDep, _: OwnerDep) -> dict[str, Any]:
     """Show the chapters a job body would have (the console shows them before submitting);
     nothing is stored or enqueued, and the body is checked as a submit would check it."""
-    body, _digest = await job_input.job_body(request, state.settings.max_body_bytes)
+    body = (await job_input.job_body(request, state.settings.max_body_bytes)).body
     chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
     return {"object": "audio.job.preview",
             "input_characters": sum(len(c["input"]) for c in chapters),

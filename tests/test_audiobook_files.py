@@ -1,0 +1,107 @@
+"""Finished audiobook files: tags, cover and chapters in m4b and MP3, read back with PyAV."""
+
+import base64
+import io
+import json
+from typing import Any
+
+import av
+import pytest
+from PIL import Image
+from sqlalchemy import Engine
+
+from tests.conftest import count_jobs, error_of
+from tests.support import Stack, wait_job
+
+BOOK = {"title": "The Harbour Book", "author": "A. Writer", "narrator": "Joe",
+        "year": 2026, "description": "Two short chapters by the sea."}
+CHAPTERS = [{"title": "Dawn", "input": "The boats came in at dawn."},
+            {"title": "Noon", "input": "Fish were sold by noon."}]
+
+
+def image(kind: str, size: tuple[int, int] = (64, 48)) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", size, (200, 120, 40)).save(out, format=kind)
+    return out.getvalue()
+
+
+def read_back(data: bytes) -> dict[str, Any]:
+    """What PyAV (ffmpeg) reads of a file: tags, chapter titles, and the attached picture."""
+    with av.open(io.BytesIO(data), mode="r") as container:
+        pictures = [s for s in container.streams.video if s.disposition.attached_pic]
+        cover = bytes(next(container.demux(pictures[0]))) if pictures else None
+        return {"tags": {k.lower(): v for k, v in container.metadata.items()},
+                "chapters": [c["metadata"].get("title") for c in container.chapters()],
+                "cover": cover}
+
+
+def test_an_m4b_carries_the_books_tags_cover_and_chapter_titles(local_stack: Stack) -> None:
+    cover = image("PNG")
+    with local_stack.client() as http:
+        created = http.post("/v1/audio/jobs", files={"cover": ("cover.png", cover, "image/png")},
+                            data={"request": json.dumps({"response_format": "m4b",
+                                                         "chapters": CHAPTERS, "book": BOOK})})
+        assert created.status_code == 202, created.text
+        assert created.json()["book"] == BOOK
+        job = wait_job(http, created.json()["id"])
+        assert job["status"] == "completed", job
+        book = read_back(http.get(job["result"]["url"]).content)
+        chapter = read_back(http.get(job["result"]["chapters"][1]["url"]).content)
+    assert {"title": "The Harbour Book", "artist": "A. Writer", "album_artist": "A. Writer",
+            "composer": "Joe", "date": "2026", "genre": "Audiobook",
+            "description": "Two short chapters by the sea."}.items() <= book["tags"].items()
+    assert book["chapters"] == ["Dawn", "Noon"]
+    assert book["cover"] == cover
+    assert {"title": "Noon", "album": "The Harbour Book", "track": "2/2"}.items() \
+        <= chapter["tags"].items()
+    assert chapter["cover"] == cover
+
+
+def test_an_mp3_book_carries_id3_tags_cover_and_chapters(local_stack: Stack) -> None:
+    cover = image("JPEG")
+    body = {"response_format": "mp3", "chapters": CHAPTERS,
+            "book": {"title": "The Harbour Book", "author": "A. Writer"},
+            "cover": base64.b64encode(cover).decode()}
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json=body).json()["id"])
+        assert job["status"] == "completed", job
+        data = http.get(job["result"]["url"]).content
+    book = read_back(data)
+    assert {"title": "The Harbour Book", "artist": "A. Writer", "composer": "joe",
+            "genre": "Audiobook"}.items() <= book["tags"].items()
+    assert book["chapters"] == ["Dawn", "Noon"]
+    assert book["cover"] == cover
+    with av.open(io.BytesIO(data), mode="r") as container:  # the tags leave the audio whole
+        seconds = float(container.duration or 0) / av.time_base
+    assert abs(seconds - job["result"]["duration_seconds"]) < 0.1
+
+
+BAD_COVERS = [
+    ("not base64", {"cover": "%%%"}, 400, "cover"),
+    ("not an image", {"cover": base64.b64encode(b"hello").decode()}, 400, "cover"),
+    ("a GIF", {"cover": base64.b64encode(image("GIF")).decode()}, 400, "cover"),
+    ("cut short", {"cover": base64.b64encode(image("PNG", (300, 300))[:400]).decode()}, 400,
+     "cover"),
+    ("too many pixels", {"cover": base64.b64encode(image("PNG", (5001, 10))).decode()}, 400,
+     "cover"),
+    ("too large", {"cover": base64.b64encode(b"\xff" * (5 * 1024 * 1024 + 1)).decode()}, 413,
+     "cover"),
+    ("a year out of range", {"book": {"year": 0}}, 400, "book.year"),
+    ("an unknown book field", {"book": {"isbn": "x"}}, 400, "book.isbn"),
+    ("an empty title", {"book": {"title": ""}}, 400, "book.title"),
+]
+
+
+@pytest.mark.parametrize(("name", "change", "status", "param"), BAD_COVERS,
+                         ids=[b[0] for b in BAD_COVERS])
+def test_bad_books_and_covers_are_refused_and_nothing_is_stored(
+        local_stack: Stack, db: Engine, name: str, change: dict[str, Any], status: int,
+        param: str) -> None:
+    jobs = count_jobs(db)
+    files = set(local_stack.media.rglob("*")) if local_stack.media else set()
+    with local_stack.client() as http:
+        response = http.post("/v1/audio/jobs", json={"input": "Hello."} | change)
+    assert response.status_code == status, (name, response.text)
+    assert error_of(response)["param"] == param
+    assert count_jobs(db) == jobs
+    assert (set(local_stack.media.rglob("*")) if local_stack.media else set()) == files
