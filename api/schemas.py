@@ -101,15 +101,20 @@ class JobBody(SpeechFields):
     verify: Verify = "off"
     metadata: dict[str, Any] = Field(default_factory=dict)
     book: Book | None = None
+    # "acx": each chapter file mastered and measured to ACX's requirements (workers/mastering)
+    mastering: Literal["none", "acx"] = "none"
     # A JPEG or PNG cover, base64 (or a multipart `cover` file); m4b and MP3 carry it.
     cover: Annotated[StrictStr, Field(max_length=8 * 1024 * 1024)] | None = None
 
     @model_validator(mode="after")
-    def _words_in_english(self) -> "JobBody":
+    def _consistent(self) -> "JobBody":
         english = (self.language or "en")[:2].lower() == "en"
         if "words" in self.subtitles and not english:
             raise ValueError("subtitles 'words' come from forced alignment, which covers "
                              "English only; leave 'words' out for this language")
+        if self.mastering == "acx" and self.response_format != "mp3":
+            raise ValueError("mastering 'acx' delivers what ACX takes, 192 kbps constant-"
+                             "bitrate MP3: set response_format to 'mp3'")
         if self.verify != "off" and not english:
             raise ValueError("verify hears each segment back with an English recogniser; "
                              "leave verify out for this language")

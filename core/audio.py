@@ -84,11 +84,15 @@ def _encode_aac(blocks: Iterable[Audio], rate: int, sink: Sink, container_format
 
 
 def encode_to(blocks: Iterable[Audio], rate: int, fmt: str, sink: Sink,
-              marks: list[Mark] | None = None) -> None:
+              marks: list[Mark] | None = None, *, out_rate: int | None = None,
+              cbr_kbps: int | None = None) -> None:
     """Encode float32 blocks at `rate` into `fmt`, written to a path or binary file.
 
-    `marks` are chapter marks, written by formats that hold them (m4b).
+    `marks` are chapter marks, written by formats that hold them (m4b). `out_rate`: resample
+    to it as the blocks go by. `cbr_kbps`: MP3 at that constant bitrate (else LAME's VBR).
     """
+    if out_rate is not None and out_rate != rate:
+        blocks, rate = _resampled(_bounded(blocks, rate), rate, out_rate), out_rate
     blocks = _bounded(blocks, rate)
     if fmt == "pcm":
         out = open(sink, "wb") if isinstance(sink, str | Path) else sink  # noqa: SIM115
@@ -109,8 +113,11 @@ def encode_to(blocks: Iterable[Audio], rate: int, fmt: str, sink: Sink,
     if fmt == "opus":
         target = opus_rate(rate)
         blocks, rate = _bounded(_resampled(blocks, rate, target), target), target
+    # libsndfile sets a constant MP3 bitrate from its compression level: 320 - level * 288.
+    constant = {"bitrate_mode": "CONSTANT", "compression_level": (320 - cbr_kbps) / 288} \
+        if fmt == "mp3" and cbr_kbps else {}
     with sf.SoundFile(sink, mode="w", samplerate=rate, channels=1, format=container,
-                      subtype=subtype) as f:
+                      subtype=subtype, **constant) as f:
         for block in blocks:
             f.write(block)
 

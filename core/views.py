@@ -55,7 +55,7 @@ def _result(job: Job, url_for: UrlFor, content: str) -> dict[str, Any] | None:
         "subtitles": {kind: url_for(key, f"{content}?variant=subtitles_{kind}")
                       for kind, key in stored.get("subtitles", {}).items()},
         "manifest_url": url_for(stored["manifest_key"], f"{content}?variant=manifest"),
-    } | ({"verification": stored["verification"]} if "verification" in stored else {})
+    } | {k: stored[k] for k in ("verification", "mastering") if k in stored}
 
 
 def job_object(job: Job, url_for: UrlFor, api_base: str) -> dict[str, Any]:

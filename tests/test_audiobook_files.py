@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import av
+import numpy as np
 import pytest
 from PIL import Image
 from sqlalchemy import Engine
@@ -105,3 +106,59 @@ def test_bad_books_and_covers_are_refused_and_nothing_is_stored(
     assert error_of(response)["param"] == param
     assert count_jobs(db) == jobs
     assert (set(local_stack.media.rglob("*")) if local_stack.media else set()) == files
+
+
+def test_acx_mastering_meets_the_profile_in_every_chapter_file(local_stack: Stack) -> None:
+    """Each chapter file, decoded here: 44.1 kHz CBR 192 kbps, RMS -23..-18 dB, peaks under
+    -3 dBFS, room tone 0.5-1 s before the first sound and 1-5 s after the last, the quietest
+    half second under -60 dB; and the manifest reports the same against the profile."""
+    from mutagen.mp3 import MP3, BitrateMode
+
+    from core.audio import decode
+
+    chapters = [{"title": "Dawn", "input": "The boats came in at dawn. Gulls followed them "
+                 "home, crying over the grey water. Nobody on the pier said a word."},
+                {"title": "Noon", "input": "Fish were sold by noon. The square emptied slowly, "
+                 "and the carts rolled back up the hill."}]
+    with local_stack.client() as http:
+        created = http.post("/v1/audio/jobs", json={"chapters": chapters, "mastering": "acx",
+                                                     "response_format": "mp3"})
+        assert created.status_code == 202, created.text
+        job = wait_job(http, created.json()["id"])
+        assert job["status"] == "completed", job
+        files = [http.get(c["url"]).content for c in job["result"]["chapters"]]
+        manifest = http.get(job["result"]["manifest_url"]).json()
+    assert job["result"]["mastering"] == {"profile": "acx", "ok": True}
+    reported = manifest["checks"]["mastering"]["chapters"]
+    assert [c["title"] for c in reported] == ["Dawn", "Noon"]
+    for data, report in zip(files, reported, strict=True):
+        info = MP3(io.BytesIO(data)).info
+        assert (info.sample_rate, round(info.bitrate / 1000), info.bitrate_mode) == \
+            (44100, 192, BitrateMode.CBR)
+        audio, rate = decode(data)
+        x = audio.astype(np.float64)
+        rms, peak = 20 * np.log10(np.sqrt(np.mean(x ** 2))), 20 * np.log10(np.abs(x).max())
+        assert -23 <= rms <= -18
+        assert peak <= -3
+        hop = rate // 50  # 20 ms windows: sound is louder than -50 dB
+        loud = np.flatnonzero([np.sqrt(np.mean(x[i:i + hop] ** 2)) > 10 ** (-50 / 20)
+                               for i in range(0, len(x) - hop, hop)])
+        assert 0.5 <= loud[0] * hop / rate <= 1.0
+        assert 1.0 <= (len(x) - (loud[-1] + 1) * hop) / rate <= 5.0
+        half = rate // 2
+        quietest = min(np.sqrt(np.mean(x[i:i + half] ** 2)) for i in range(0, len(x) - half, half))
+        assert 20 * np.log10(max(quietest, 1e-9)) <= -60
+        assert report["ok"], report
+        assert abs(report["rms_db"] - rms) < 0.05
+        assert abs(report["peak_db"] - peak) < 0.05
+
+
+def test_acx_mastering_is_refused_for_formats_other_than_mp3(local_stack: Stack, db: Engine,
+                                                             ) -> None:
+    jobs = count_jobs(db)
+    with local_stack.client() as http:
+        response = http.post("/v1/audio/jobs", json={"input": "Hello.", "mastering": "acx",
+                                                     "response_format": "m4b"})
+    assert response.status_code == 400
+    assert "192 kbps constant-bitrate MP3" in error_of(response)["message"]
+    assert count_jobs(db) == jobs

@@ -24,11 +24,12 @@ from core.keys import job_prefix, parts_prefix
 from core.lexicon import reader_for
 from models import Job, Segment
 from storage import MediaStore
-from workers import fragments
+from workers import fragments, mastering
 from workers.engines import Audio
 from workers.tags import TAGGED, Tags, book_tags
 from workers.tags import write as write_tags
 from workers.timeline import (
+    Span,
     Timeline,
     Words,
     chapter_spans,
@@ -79,14 +80,17 @@ def read_part(segment: Segment, store: MediaStore, part_key: Callable[[Segment],
 
 
 def finish(segment: Segment, store: MediaStore, part_key: Callable[[Segment], str],
-           lufs: float, rate: int) -> Audio:
-    """Return one part, finished: normalised to `lufs` (0: as is), edges faded.
+           lufs: float, rate: int, master: bool = False) -> Audio:
+    """Return one part, finished: normalised to `lufs` (0: as is), or levelled for ACX
+    (`master`, mastering.level), edges faded.
 
     Finishing happens here, on the worker that assembles, not on the GPU worker that
     synthesised the part: there, every millisecond of CPU delays the engine's next batch.
     """
     audio = read_part(segment, store, part_key)
-    if lufs:
+    if master:
+        audio = mastering.level(audio, rate)
+    elif lufs:
         audio = loudness_normalize(audio, rate, lufs)
     return fade_edges(np.asarray(audio, dtype=np.float32), rate)
 
@@ -147,45 +151,60 @@ class _Feed:
 
 def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline, fmt: str,
             main: Path, marks: list[tuple[str, float, float]],
-            chapter_files: list[Path]) -> None:
+            chapter_files: list[Path], master: bool = False) -> None:
     """Encode the whole book and, if `chapter_files`, each chapter, from one read of the parts.
 
     Two encoder threads (libsndfile and PyAV release the GIL) take the same finished blocks:
     one writes the book, the other the chapters in turn, each chapter with its inner silences.
+    `master` (ACX, mastering.py): every silence is room tone, the book and each chapter file
+    open and close with the timeline's lead and tail of it, and the MP3 is 44.1 kHz CBR.
     """
     rate, book = timeline.rate, _Feed()
     chapters = [_Feed() for _ in chapter_files]
+    silence = mastering.RoomTone() if master else (lambda n: np.zeros(n, dtype=np.float32))
+    out = functools.partial(encode_blocks, out_rate=mastering.RATE if master else None,
+                            cbr_kbps=mastering.KBPS if master else None)
 
     def encode_chapters() -> None:
         for feed, path in zip(chapters, chapter_files, strict=True):
-            encode_blocks(feed, rate, fmt, path)
+            out(feed, rate, fmt, path)
 
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="encode") as pool:
-        encoders = [pool.submit(encode_blocks, book, rate, fmt, main, marks)]
+        encoders = [pool.submit(out, book, rate, fmt, main, marks)]
         if chapters:
             encoders.append(pool.submit(encode_chapters))
         chapter = 0
         try:
+            if timeline.lead:
+                book.put(silence(timeline.lead), encoders)
             for n, (segment, audio) in enumerate(zip(segments, blocks, strict=True)):
                 last = n == len(segments) - 1
                 book.put(audio, encoders)
-                if not last:
-                    book.put(np.zeros(timeline.after(n), dtype=np.float32), encoders)
+                book.put(silence(timeline.after(n)), encoders)  # the last: the tail
                 if chapters:
                     ends_chapter = last or segments[n + 1].chapter != segment.chapter
+                    if timeline.lead and (n == 0 or segments[n - 1].chapter != segment.chapter):
+                        chapters[chapter].put(silence(timeline.lead), encoders)
                     chapters[chapter].put(audio, encoders)
                     if ends_chapter:
+                        chapters[chapter].put(silence(timeline.tail), encoders)
                         chapters[chapter].close(encoders[-1])
                         chapter += 1
                     else:
-                        chapters[chapter].put(np.zeros(timeline.after(n), np.float32),
-                                              encoders)
+                        chapters[chapter].put(silence(timeline.after(n)), encoders)
         finally:  # on an error too: let the encoders finish, so the pool can close
             book.close(encoders[0])
             for feed in chapters[chapter:]:
                 feed.close(encoders[-1])
         for encoder in encoders:
             encoder.result()
+
+
+def _measured(spans: list[Span], files: list[Path]) -> dict[str, Any]:
+    """Each chapter file measured against the ACX profile (mastering.measure)."""
+    chapters = [{"title": span.title} | mastering.measure(path).report()
+                for span, path in zip(spans, files, strict=False)]
+    return {"profile": "acx", "ok": all(c["ok"] for c in chapters), "chapters": chapters}
 
 
 def tags_of(job: Job, store: MediaStore) -> Tags | None:
@@ -294,7 +313,11 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         raise PartLost(segments[0], "its part is missing from storage") from None
     fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], job_prefix(job.id)
     threads = threads or cores()
-    if fmt == "mp3":
+    master = job.options.get("mastering") == "acx"
+    if master:
+        timeline = Timeline(segments, rate, lead=round(mastering.LEAD_SECONDS * rate),
+                            tail=round(mastering.TAIL_SECONDS * rate))
+    elif fmt == "mp3":
         frame = fragments.frame_samples(rate)
         timeline = Timeline(segments, rate, frame, fragments.overhead(rate))
     else:
@@ -306,8 +329,8 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         files = [Path(tmp) / f"chapter-{span.number:03d}.{ext}" for span in spans] \
             if split else []
         finished = functools.partial(finish, store=store, part_key=part_key, lufs=lufs,
-                                     rate=rate)
-        if fmt == "mp3":
+                                     rate=rate, master=master)
+        if fmt == "mp3" and not master:
             prefix = parts_prefix(job.id)
             _encode_mp3(segments, finished, timeline, main, files, threads,
                         lambda group, following: kept_fragment(store, fragments.group_key(
@@ -315,7 +338,9 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         else:
             with contextlib.closing(ordered(finished, segments, threads)) as blocks:
                 _encode(segments, blocks, timeline, fmt, main,
-                        [span.mark(rate) for span in spans], files)
+                        [span.mark(rate) for span in spans], files, master)
+        if master:
+            checks = (checks or {}) | {"mastering": _measured(spans, files or [main])}
         marks = [span.mark(rate) for span in spans]
         tags = tags_of(job, store) if fmt in TAGGED else None
         if tags is not None:
@@ -345,8 +370,10 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     target.put(f"{base}/manifest.json",
                json.dumps(manifest(job, segments, timeline, chapters, checks,
                                    timing if subtitle_keys else None, heard), indent=1).encode())
-    return {"store": job.output_url, "sample_rate": rate,
+    mastered = (checks or {}).get("mastering")
+    return {"store": job.output_url, "sample_rate": mastering.RATE if master else rate,
             "duration_seconds": timeline.total / rate, "key": f"{base}/audio.{ext}",
             "bytes": size, "chapters": chapters, "subtitles": subtitle_keys,
             "manifest_key": f"{base}/manifest.json"} | (
-        {"verification": heard[1]} if heard is not None else {})
+        {"verification": heard[1]} if heard is not None else {}) | (
+        {"mastering": {"profile": "acx", "ok": mastered["ok"]}} if mastered else {})

@@ -10,7 +10,7 @@ import uuid
 
 import soundfile as sf
 import structlog
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
 from core.keys import part_key, parts_prefix
@@ -38,6 +38,7 @@ def fragment_ready(segment_id: uuid.UUID) -> tuple[uuid.UUID, int] | None:
             select(Segment.job_id, Segment.index, Job.segments_total)
             .join(Job, Job.id == Segment.job_id)
             .where(Segment.id == segment_id, Job.response_format == "mp3",
+                   func.coalesce(Job.options["mastering"].as_string(), "") != "acx",
                    Job.status == JobStatus.in_progress)).first()
         if found is None:
             return None

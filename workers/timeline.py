@@ -83,16 +83,17 @@ class Timeline:
 
     With a `quantum` (an encoder's frame), the audio is cut where `cuts_after` allows: each
     cut falls on a multiple of the quantum (`frame_span`), and `breaks` lists the segments
-    that start after one. Between cuts, silences are exactly as planned.
+    that start after one. Between cuts, silences are exactly as planned. `lead` and `tail`
+    are silences before the first segment and after the last (room tone, mastering.py).
     """
 
     def __init__(self, segments: list[Segment], rate: int, quantum: int = 1,
-                 min_gap: int = 0) -> None:
-        self.rate = rate
+                 min_gap: int = 0, lead: int = 0, tail: int = 0) -> None:
+        self.rate, self.lead, self.tail = rate, lead, tail
         self.starts: list[int] = []
         self.breaks: list[int] = []
         self.samples = [segment.samples or 0 for segment in segments]
-        cursor = cut = 0
+        cursor = cut = lead
         for n, segment in enumerate(segments):
             self.starts.append(cursor)
             cursor += self.samples[n]
@@ -104,7 +105,7 @@ class Timeline:
                 self.breaks.append(n + 1)
             else:
                 cursor += self.gap(segment)
-        self.total = cursor
+        self.total = cursor + tail
 
     def gap(self, segment: Placed) -> int:
         """Return the silence planned after a segment, in samples."""

@@ -129,6 +129,8 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     key = uuid7()
     if body.book is not None:
         options["book"] = body.book.model_dump(exclude_none=True)
+    if body.mastering != "none":
+        options["mastering"] = body.mastering
     if cover_kind is not None:
         options["cover"] = cover_key(key, cover_kind)
     now = utcnow()
