@@ -5,13 +5,15 @@
    audio-seconds per wall-second; divided by the raw engine looping over the same planned
    segments (spoken form) in one process, in the same run. Target >= 0.95. The job asks for
    SRT, so its segments are force-aligned (ALIGN_WORDS); the last format runs again with the
-   recognition check (verify "flag"), and without alignment.
+   recognition check (verify "flag"), and without alignment; MP3 once more with ACX
+   mastering (mastering.py: no MP3 fragments ahead, every chapter file measured).
 2. planning: `plan_pieces` over a 2,000,000-character text: wall time and peak Python memory.
 3. assembly: peak resident memory of a process that assembles a long job (synthetic parts
    in a local media folder) into one MP3 and per-chapter files, against the size of its
    audio as float32: assembly streams, so the peak must stay far below the audio's size.
 
     python -m bench.longform [--chars 20000] [--plan-chars 2000000] [--assembly-hours 1]
+                             [--only mp3 'mp3, acx']   # those job rows only, nothing saved
 """
 
 import argparse
@@ -80,8 +82,10 @@ def raw_engine(chapters: list[dict[str, str]]) -> tuple[float, float, int]:
 
 
 def platform(chapters: list[dict[str, str]], fmt: str, env: dict[str, str] | None = None,
-             extra: dict[str, Any] | None = None) -> tuple[float, float, int]:
-    """Submit the job to `narrator serve`; return wall s to completed, audio s, segments."""
+             extra: dict[str, Any] | None = None
+             ) -> tuple[float, float, int, dict[str, Any]]:
+    """Submit the job to `narrator serve`; return wall s to completed, audio s, segments,
+    and the manifest."""
     with served(env) as url, httpx.Client(base_url=url, timeout=60) as http:
         warm = http.post("/v1/audio/jobs", json={"input": "Warm up."}).json()["id"]
         while http.get(f"/v1/audio/jobs/{warm}").json()["status"] != "completed":
@@ -97,7 +101,7 @@ def platform(chapters: list[dict[str, str]], fmt: str, env: dict[str, str] | Non
             raise RuntimeError(json.dumps(job["error"]))
         manifest = http.get(job["result"]["manifest_url"]).json()
     speech = sum(s["duration_seconds"] for s in manifest["segments"])  # as raw: no silences
-    return wall, speech, job["segments"]["total"]
+    return wall, speech, job["segments"]["total"], manifest
 
 
 def planning(chars: int) -> dict[str, Any]:
@@ -192,6 +196,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chars", type=int, default=20_000)
     parser.add_argument("--formats", nargs="+", default=["wav", "mp3"])
+    parser.add_argument("--only", nargs="+", help="run only these rows (their JSON keys: "
+                        "wav, mp3, 'mp3, verify flag', 'mp3, no alignment', 'mp3, acx')")
     parser.add_argument("--plan-chars", type=int, default=2_000_000)
     parser.add_argument("--assembly-hours", type=float, default=1.0)
     parser.add_argument("--assembly-child", nargs=2, help=argparse.SUPPRESS)
@@ -221,9 +227,14 @@ def main() -> None:
         (fmt, f"{fmt} + srt, aligned", fmt, {}, {}) for fmt in args.formats] + [
         (f"{last}, verify flag", f"{last} + srt, aligned, verify flag", last, {},
          {"verify": "flag"}),
-        (f"{last}, no alignment", f"{last} + srt", last, {"NARRATOR_ALIGN_WORDS": "false"}, {})]
+        (f"{last}, no alignment", f"{last} + srt", last, {"NARRATOR_ALIGN_WORDS": "false"}, {}),
+        ("mp3, acx", "mp3 + srt, aligned, ACX mastering", "mp3", {}, {"mastering": "acx"})]
+    mastered: list[dict[str, Any]] = []
     for key, label, fmt, env, extra in runs:
-        wall, audio, segments = platform(chapters, fmt, env, extra)
+        if args.only and key not in args.only:
+            continue
+        wall, audio, segments, manifest = platform(chapters, fmt, env, extra)
+        mastered += manifest["checks"].get("mastering", {}).get("chapters", [])
         rate = audio / wall
         rows.append([f"job via narrator serve ({label})", segments, f"{audio:.1f}",
                      f"{wall:.1f}", f"{rate:.2f}", f"{rate / raw_rate:.3f}"])
@@ -231,7 +242,19 @@ def main() -> None:
     print(f"{chars} characters in {len(chapters)} chapters, Piper on {os.cpu_count()} CPUs; "
           "audio s = speech only (the job's planned silences are not counted)")
     print(table(["path", "segments", "audio s", "wall s", "audio-s/s", "ratio"], rows))
+    if mastered:
+        print("\nACX mastering, each chapter file as the manifest measured it "
+              "(RMS -23..-18, peak <= -3, floor <= -60, lead 0.5-1 s, tail 1-5 s):")
+        print(table(["chapter", "RMS dB", "peak dB", "floor dB", "lead s", "tail s", "format",
+                     "ok"], [[c["title"], c["rms_db"], c["peak_db"], c["noise_floor_db"],
+                              c["lead_seconds"], c["tail_seconds"],
+                              f"{c['sample_rate']} Hz {c['kbps']} kbps "
+                              f"{'CBR' if c['constant_bitrate'] else 'VBR'}", c["ok"]]
+                             for c in mastered]))
+        results["acx_chapters"] = mastered
 
+    if args.only:  # some rows only: nothing saved (bench.all reads the whole run)
+        return
     plan = planning(args.plan_chars)
     print(f"\nplanning {plan['chars']:,} characters: {plan['segments']:,} segments in "
           f"{plan['seconds']:.1f} s, peak {plan['peak_mib_beyond_input']:.1f} MiB traced "

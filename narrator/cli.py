@@ -280,15 +280,34 @@ def say(text: str, output: Annotated[Path, typer.Option("-o", "--output")],
 
 
 @cli.command()
-def submit(file: Path, wait: bool = False,
+def submit(file: Annotated[Path, typer.Argument(help="plain text, Markdown (.md: headings "
+                                                "become chapters) or an EPUB")],
+           wait: bool = False,
            output: Annotated[Path | None, typer.Option("-o", "--output")] = None,
            fmt: Annotated[str, typer.Option("--format")] = "mp3", voice: str = "",
-           lexicon: LexiconOpt = None, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
-    """Submit FILE (plain text) as a job; with --wait, follow it and download the audio."""
-    body: dict[str, object] = {"input": file.read_text(encoding="utf-8"), "response_format": fmt}
-    body |= {k: v for k, v in (("voice", voice), ("lexicons", lexicon)) if v}
+           lexicon: LexiconOpt = None,
+           cover: Annotated[Path | None, typer.Option(help="a JPEG or PNG for the files")] = None,
+           title: Annotated[str, typer.Option(help="the book's title (tags)")] = "",
+           author: Annotated[str, typer.Option(help="the book's author (tags)")] = "",
+           mastering: Annotated[str, typer.Option(help="'acx': ACX-ready MP3 chapters")] = "",
+           url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
+    """Submit FILE as a job; with --wait, follow it and download the audio."""
+    import json
+
+    body: dict[str, object] = {"response_format": fmt}
+    body |= {k: v for k, v in (("voice", voice), ("lexicons", lexicon),
+                               ("mastering", mastering)) if v}
+    book = {k: v for k, v in (("title", title), ("author", author)) if v}
+    body |= {"book": book} if book else {}
+    files = {"cover": (cover.name, cover.read_bytes())} if cover else {}
+    if file.suffix.lower() == ".epub":
+        files["file"] = (file.name, file.read_bytes())
+    else:
+        body["input"] = file.read_text(encoding="utf-8")
+        body |= {"input_format": "markdown"} if file.suffix.lower() == ".md" else {}
     with _client(url, api_key) as client:
-        response = client.post("/v1/audio/jobs", json=body)
+        response = client.post("/v1/audio/jobs", files=files, data={
+            "request": json.dumps(body)}) if files else client.post("/v1/audio/jobs", json=body)
         _fail(response)
         job = response.json()
         typer.echo(job["id"])

@@ -132,7 +132,7 @@ def test_acx_mastering_meets_the_profile_in_every_chapter_file(local_stack: Stac
     reported = manifest["checks"]["mastering"]["chapters"]
     assert [c["title"] for c in reported] == ["Dawn", "Noon"]
     for data, report in zip(files, reported, strict=True):
-        info = MP3(io.BytesIO(data)).info
+        info: Any = MP3(io.BytesIO(data)).info
         assert (info.sample_rate, round(info.bitrate / 1000), info.bitrate_mode) == \
             (44100, 192, BitrateMode.CBR)
         audio, rate = decode(data)

@@ -115,3 +115,22 @@ def test_lexicon_from_a_tsv_file_is_made_then_replaced_and_a_job_speaks_it(
                           capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr
     assert fruit_heard(out.read_bytes()) == {"banana"}
+
+
+def test_submit_a_markdown_book_with_a_cover_title_and_acx_mastering(
+        local_stack: Stack, tmp_path: Path) -> None:
+    from tests.test_audiobook_files import image, read_back
+
+    book, cover, out = tmp_path / "book.md", tmp_path / "cover.png", tmp_path / "book.mp3"
+    book.write_text("# One\n\nThe boats came in at dawn.\n\n# Two\n\nFish were sold by noon.\n",
+                    encoding="utf-8")
+    cover.write_bytes(image("PNG"))
+    done = subprocess.run(narrator("submit", str(book), "--cover", str(cover), "--title",
+                                   "Harbour", "--author", "A. Writer", "--mastering", "acx",
+                                   "--wait", "-o", str(out), "--url", local_stack.url),
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    found = read_back(out.read_bytes())
+    assert {"title": "Harbour", "artist": "A. Writer"}.items() <= found["tags"].items()
+    assert found["chapters"] == ["One", "Two"]
+    assert found["cover"] == cover.read_bytes()

@@ -309,6 +309,32 @@ def test_a_lexicon_saved_in_the_console_is_spoken_by_a_job_picked_with_it(
     assert fruit_heard(httpx.get(job["result"]["url"]).content) == {"banana"}
 
 
+def test_a_book_with_tags_a_cover_and_acx_mastering_from_the_form(
+        browser: WebDriver, served: str, tmp_path: Path) -> None:
+    from tests.test_audiobook_files import image, read_back
+
+    cover = tmp_path / "cover.jpg"
+    cover.write_bytes(image("JPEG"))
+    open_console(browser, served, "jobs")
+    box = browser.find_element(By.ID, "job-text")
+    box.clear()
+    box.send_keys("The boats came in at dawn.")
+    Select(browser.find_element(By.ID, "job-format")).select_by_visible_text("mp3")
+    Select(browser.find_element(By.ID, "job-mastering")).select_by_value("acx")
+    browser.find_element(By.ID, "job-title").send_keys("Harbour")
+    browser.find_element(By.ID, "job-author").send_keys("A. Writer")
+    browser.find_element(By.ID, "job-cover").send_keys(str(cover))
+    browser.find_element(By.ID, "job-submit").click()
+    job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
+                   if text_of(d, "status").startswith("submitted job_") else None)
+    until(browser, lambda d: "completed" in row_text(d, f'tr[data-job="{job_id}"]'), 120)
+    job = httpx.get(f"{served}/v1/audio/jobs/{job_id}").json()
+    assert job["result"]["mastering"] == {"profile": "acx", "ok": True}
+    found = read_back(httpx.get(job["result"]["url"]).content)
+    assert {"title": "Harbour", "artist": "A. Writer"}.items() <= found["tags"].items()
+    assert found["cover"] == cover.read_bytes()
+
+
 def test_keyboard_and_labels(browser: WebDriver, served: str) -> None:
     open_console(browser, served)
     browser.find_element(By.ID, "tab-speak").send_keys(Keys.ARROW_RIGHT)

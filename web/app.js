@@ -280,15 +280,22 @@ function jobRequest() {
       .filter(([id]) => $(id).checked).map(([, kind]) => kind) };
   if ($("job-verify").value !== "off") fields.verify = $("job-verify").value;
   Object.assign(fields, chosenLexicon("job"));
+  if ($("job-mastering").value !== "none") fields.mastering = $("job-mastering").value;
+  const book = Object.fromEntries([["title", "job-title"], ["author", "job-author"]]
+    .map(([name, id]) => [name, $(id).value.trim()]).filter(([, value]) => value));
+  if (Object.keys(book).length) fields.book = book;
+  const cover = $("job-cover").files[0];
+  if (kind() !== "epub") Object.assign(fields, { input: $("job-text").value, input_format: kind() });
+  if (kind() !== "epub" && !cover) return { json: fields };
+  const form = new FormData();
   if (kind() === "epub") {
     const file = $("job-file").files[0];
     if (!file) throw new Error("choose an EPUB file first");
-    const form = new FormData();
     form.append("file", file);
-    form.append("request", JSON.stringify(fields));
-    return { form };
   }
-  return { json: { ...fields, input: $("job-text").value, input_format: kind() } };
+  if (cover) form.append("cover", cover);
+  form.append("request", JSON.stringify(fields));
+  return { form };
 }
 
 $("job-preview").addEventListener("click", () => guarded($("job-preview"), async () => {

@@ -80,16 +80,16 @@ def read_part(segment: Segment, store: MediaStore, part_key: Callable[[Segment],
 
 
 def finish(segment: Segment, store: MediaStore, part_key: Callable[[Segment], str],
-           lufs: float, rate: int, master: bool = False) -> Audio:
-    """Return one part, finished: normalised to `lufs` (0: as is), or levelled for ACX
-    (`master`, mastering.level), edges faded.
+           lufs: float, rate: int, master: dict[int, float] | None = None) -> Audio:
+    """Return one part, finished: normalised to `lufs` (0: as is), or for ACX (`master`,
+    each chapter's RMS target) levelled by mastering.level; edges faded.
 
     Finishing happens here, on the worker that assembles, not on the GPU worker that
     synthesised the part: there, every millisecond of CPU delays the engine's next batch.
     """
     audio = read_part(segment, store, part_key)
-    if master:
-        audio = mastering.level(audio, rate)
+    if master is not None:
+        audio = mastering.level(audio, rate, master[segment.chapter])
     elif lufs:
         audio = loudness_normalize(audio, rate, lufs)
     return fade_edges(np.asarray(audio, dtype=np.float32), rate)
@@ -198,6 +198,16 @@ def _encode(segments: list[Segment], blocks: Iterator[Audio], timeline: Timeline
                 feed.close(encoders[-1])
         for encoder in encoders:
             encoder.result()
+
+
+def _targets(segments: list[Segment], spans: list[Span], timeline: Timeline) -> dict[int, float]:
+    """Each chapter's RMS target for its parts (mastering.target_db), its file being the
+    chapter's span with the timeline's lead and tail of room tone."""
+    speech = {span.number: 0 for span in spans}
+    for segment in segments:
+        speech[segment.chapter] += segment.samples or 0
+    return {span.number: mastering.target_db(speech[span.number], span.end - span.start
+                                             + timeline.lead + timeline.tail) for span in spans}
 
 
 def _measured(spans: list[Span], files: list[Path]) -> dict[str, Any]:
@@ -329,7 +339,8 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         files = [Path(tmp) / f"chapter-{span.number:03d}.{ext}" for span in spans] \
             if split else []
         finished = functools.partial(finish, store=store, part_key=part_key, lufs=lufs,
-                                     rate=rate, master=master)
+                                     rate=rate, master=_targets(segments, spans, timeline)
+                                     if master else None)
         if fmt == "mp3" and not master:
             prefix = parts_prefix(job.id)
             _encode_mp3(segments, finished, timeline, main, files, threads,

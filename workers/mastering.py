@@ -2,8 +2,9 @@
 
 ACX's requirements for each chapter file: RMS between -23 and -18 dB, peaks at most -3 dBFS,
 a noise floor at most -60 dB RMS, 0.5-1 s of room tone at the start and 1-5 s at the end,
-and 44.1 kHz, 192 kbps constant-bitrate MP3. Each part is brought to TARGET_RMS_DB and its
-peaks held under CEILING_DB by a look-ahead limiter; every silence (room tone, and the gaps
+and 44.1 kHz, 192 kbps constant-bitrate MP3. Each part is brought to the RMS that puts its
+chapter's file at TARGET_RMS_DB (target_db), its peaks held under CEILING_DB by a look-ahead
+limiter; every silence (room tone, and the gaps
 between segments) is a faint noise at ROOM_TONE_DB rather than digital zero; the encoder
 resamples to 44.1 kHz and writes CBR. Each file is then decoded and measured, and the
 manifest reports its figures against the profile.
@@ -32,15 +33,22 @@ def _db(value: float) -> float:
     return round(max(-120.0, 20 * float(np.log10(max(value, 1e-9)))), 2)
 
 
-def level(audio: Audio, rate: int) -> Audio:
-    """Bring a part to TARGET_RMS_DB and hold its peaks under CEILING_DB."""
+def target_db(speech: int, length: int) -> float:
+    """Return the RMS a chapter's parts are brought to so that its whole file, `speech`
+    samples of parts in `length` samples of file (the rest room tone), is at TARGET_RMS_DB:
+    a short chapter is mostly room tone, which ACX's whole-file RMS counts (at most +6 dB)."""
+    return TARGET_RMS_DB + min(6.0, 10 * float(np.log10(max(length, 1) / max(speech, 1))))
+
+
+def level(audio: Audio, rate: int, target: float = TARGET_RMS_DB) -> Audio:
+    """Bring a part to `target` dB RMS and hold its peaks under CEILING_DB."""
     from scipy.ndimage import minimum_filter1d, uniform_filter1d
 
     x = np.asarray(audio, dtype=np.float32)
     rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if len(x) else 0.0
     if rms < 1e-6:
         return x
-    x = x * np.float32(min(10 ** ((TARGET_RMS_DB - 20 * np.log10(rms)) / 20), 10.0))
+    x = x * np.float32(min(10 ** ((target - 20 * np.log10(rms)) / 20), 10.0))
     ceiling = 10 ** (CEILING_DB / 20)
     need = np.minimum(1.0, ceiling / np.maximum(np.abs(x), 1e-9))
     w = max(1, int(0.005 * rate))  # 5 ms: the gain falls before a peak and recovers after
