@@ -16,11 +16,13 @@ from starlette.datastructures import UploadFile
 
 from api.errors import ApiError, bad_request
 from api.schemas import Chapter, JobBody
-from api.validation import text_field
+from api.validation import find_voice, text_field
 from core import outbound
+from core.catalog import ModelInfo, VoiceInfo
 from core.epub import BadEpub
 from core.epub import chapters as epub_chapters
 from core.markdown import chapters as markdown_chapters
+from core.text import speakers
 
 
 def chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, Any]]:
@@ -51,13 +53,46 @@ def chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, Any
                           "chapters", "too_many_chapters")
     chapters: list[dict[str, Any]] = [
         {"title": c.title, "input": text_field(c.input, f"chapters.{n}.input", limit)}
-        for n, c in enumerate(body.chapters)
+        | ({"voice": c.voice} if c.voice else {}) for n, c in enumerate(body.chapters)
     ]
     total = sum(len(c["input"]) for c in chapters)
     if total > limit:
         raise bad_request(f"chapters: {total} characters in all is over the limit of {limit}",
                           "chapters", "input_too_long")
     return chapters
+
+
+def cast(body: JobBody, chapters: list[dict[str, Any]], model: ModelInfo,
+         own: list[VoiceInfo]) -> dict[str, Any]:
+    """Return the job's `cast` and `chapter_voices` options (core.cast), every voice checked
+    against the model: a 400 names an unknown voice, or a `[voice:name]` mark's speaker that
+    is neither in the cast nor a voice of the model."""
+    def voice(name: str, param: str) -> str:
+        found = find_voice(model, own, name)
+        if found is None:
+            listed = ", ".join(v.id for v in (*model.voices, *own))
+            raise bad_request(f"{param}: unknown voice '{name}' for model '{model.id}'; "
+                              f"available: {listed}", param, "voice_not_found")
+        return found.id
+
+    given = {name.strip().lower(): {"name": name.strip(), "voice": voice(v, f"cast.{name}")}
+             for name, v in body.cast.items()}
+    chapter_voices = {str(n): voice(c["voice"], f"chapters.{n}.voice")
+                      for n, c in enumerate(chapters) if c.get("voice")}
+    for n, chapter in enumerate(chapters):
+        for speaker in speakers(chapter["input"]):
+            if speaker in given:
+                continue
+            found = find_voice(model, own, speaker)
+            if found is None:
+                param = f"chapters.{n}.input" if body.chapters or len(chapters) > 1 else "input"
+                raise bad_request(
+                    f"{param}: [voice:{speaker}] names no one in the cast "
+                    f"({', '.join(given) or 'empty'}) and no voice of model '{model.id}'",
+                    param, "unknown_speaker")
+            given[speaker] = {"name": speaker, "voice": found.id}
+    return ({"cast": given} if given else {}) | (
+        {"chapter_voices": chapter_voices} if chapter_voices else {})
 
 
 def check_output_url(url: str | None, allowed: list[str]) -> str | None:

@@ -74,6 +74,7 @@ class Chapter(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: Annotated[StrictStr, Field(max_length=500)] | None = None
     input: StrictStr
+    voice: Annotated[StrictStr, Field(min_length=1, max_length=128)] | None = None
 
 
 class Book(BaseModel):
@@ -101,6 +102,11 @@ class JobBody(SpeechFields):
     verify: Verify = "off"
     metadata: dict[str, Any] = Field(default_factory=dict)
     book: Book | None = None
+    # Speaker names (as `[voice:name]` marks give them) to voices of the job's model.
+    cast: Annotated[dict[Annotated[StrictStr, Field(min_length=1, max_length=64,
+                                                    pattern=r"^[\w][\w .'-]*$")],
+                         Annotated[StrictStr, Field(min_length=1, max_length=128)]],
+                    Field(max_length=50)] = Field(default_factory=dict)
     # "acx": each chapter file mastered and measured to ACX's requirements (workers/mastering)
     mastering: Literal["none", "acx"] = "none"
     # A JPEG or PNG cover, base64 (or a multipart `cover` file); m4b and MP3 carry it.

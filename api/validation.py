@@ -25,7 +25,7 @@ def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...],
         raise bad_request(f"voice: model '{model.id}' clones voices: upload one with "
                           "POST /v1/audio/voices", "voice", "voice_not_found")
     voice_id = fields.voice_id or (model.voices or tuple(own))[0].id
-    voice = model.voice(voice_id) or next((v for v in own if v.id == voice_id), None)
+    voice = find_voice(model, own, voice_id)
     if voice is None:
         listed = ", ".join(v.id for v in (*model.voices, *own))
         raise bad_request(f"voice: unknown voice '{voice_id}' for model '{model.id}'; "
@@ -40,6 +40,12 @@ def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...],
                           f"'{voice.id}'; it speaks {', '.join(voice.languages)}",
                           "language", "unsupported_language")
     return model, voice
+
+
+def find_voice(model: ModelInfo, own: list[VoiceInfo], voice_id: str) -> VoiceInfo | None:
+    """Return the model's voice (case-insensitive) or the owner's uploaded one of that id."""
+    return model.voice(voice_id) or next((v for v in own if v.id == voice_id
+                                          and v.model == model.id), None)
 
 
 def text_field(text: str, param: str, limit: int, hint: str = "") -> str:

@@ -112,11 +112,13 @@ def pack(items: Iterable[str], limit: int) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class Piece:
-    """One planned segment: its chapter, text and the silence after it."""
+    """One planned segment: its chapter, text, the silence after it, and its speaker (a
+    `[voice:name]` mark's name; None: the chapter's voice)."""
 
     chapter: int
     text: str
     pause_after: float
+    speaker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,18 +134,50 @@ PAUSE = re.compile(r"\[pause:\s*(\d+(?:\.\d+)?)\s*s\]", re.IGNORECASE)
 MAX_PAUSE_SECONDS = 30.0
 
 
+# `[voice:alice]` speaks what follows in the cast's voice for alice, up to the next mark or the
+# chapter's end; `[voice]` goes back to the chapter's voice. `\[voice:...]` is text, said
+# without its backslash.
+VOICE = re.compile(r"(?<!\\)\[voice(?::\s*([^\]\[]*?))?\s*\]", re.IGNORECASE)
+_ESCAPED_VOICE = re.compile(r"\\(?=\[voice\b)", re.IGNORECASE)
+MARKS = re.compile(f"{PAUSE.pattern}|{VOICE.pattern}", re.IGNORECASE)
+
+
 def strip_pauses(text: str) -> str:
-    """Remove inline pause marks (sync speech does not honour them)."""
-    return PAUSE.sub(" ", text)
+    """Remove inline pause and voice marks (sync speech does not honour them)."""
+    return _ESCAPED_VOICE.sub("", MARKS.sub(" ", text))
 
 
-def _parts(paragraph: str) -> Iterator[tuple[str, float | None]]:
-    """Split a paragraph at `[pause:1.5s]` marks: (text, pause after it or None)."""
+def speakers(text: str) -> list[str]:
+    """Return the speaker names a text's `[voice:name]` marks give, in order, lower case."""
+    return [m.group(1).strip().lower() for m in VOICE.finditer(text) if m.group(1)
+            and m.group(1).strip()]
+
+
+def voiced_runs(text: str) -> list[tuple[str | None, str]]:
+    """Split a chapter's text at its `[voice:name]` marks: (speaker or None, text) runs, the
+    empty ones left out (what the job preview shows)."""
+    runs: list[tuple[str | None, str]] = []
+    speaker, start = None, 0
+    for mark in VOICE.finditer(text):
+        runs.append((speaker, text[start:mark.start()]))
+        speaker, start = (mark.group(1) or "").strip().lower() or None, mark.end()
+    runs.append((speaker, text[start:]))
+    return [(who, " ".join(strip_pauses(part).split())) for who, part in runs
+            if speakable(part)]
+
+
+def _parts(paragraph: str) -> Iterator[tuple[str, float | None, str | bool | None]]:
+    """Split a paragraph at `[pause:1.5s]` and `[voice:name]` marks: (text, pause after it or
+    None, the speaker from here on: a name, None for the chapter's voice, False: no change)."""
     start = 0
-    for mark in PAUSE.finditer(paragraph):
-        yield paragraph[start : mark.start()], min(float(mark.group(1)), MAX_PAUSE_SECONDS)
+    for mark in MARKS.finditer(paragraph):
+        text = _ESCAPED_VOICE.sub("", paragraph[start : mark.start()])
+        if mark.group(0)[1:6].lower() == "pause":
+            yield text, min(float(mark.group(1)), MAX_PAUSE_SECONDS), False
+        else:
+            yield text, None, (mark.group(2) or "").strip().lower() or None
         start = mark.end()
-    yield paragraph[start:], None
+    yield _ESCAPED_VOICE.sub("", paragraph[start:]), None, False
 
 
 @dataclass
@@ -151,6 +185,7 @@ class _Draft:
     """A piece while its chapter is planned: the silences that follow it so far."""
 
     text: str
+    speaker: str | None = None
     gap: float = 0.0  # the largest structural gap after it (segment, paragraph, chapter)
     marks: list[float] = field(default_factory=list)  # inline [pause:Ns] marks after it
 
@@ -164,30 +199,34 @@ def plan_pieces(chapters: list[str], limit: int, gaps: Gaps,
     """Yield the segments of a job: chapters, then paragraphs, then packed sentences.
 
     The silence after a piece is the inline `[pause:Ns]` marks that follow it (summed), or
-    else the largest structural gap that follows it (segment, paragraph or chapter).
+    else the largest structural gap that follows it (segment, paragraph or chapter). A
+    `[voice:name]` mark ends the piece before it: a piece has one speaker.
     """
     for number, text in enumerate(chapters):
         drafts: list[_Draft] = []
         adjacent = False  # the next piece follows the last one directly: a segment gap
+        speaker: str | None = None
         for n, paragraph in enumerate(paragraphs(clean(text))):
             if n and drafts:
                 drafts[-1].gap = max(drafts[-1].gap, gaps.paragraph)
                 adjacent = False
-            for part, pause in _parts(paragraph):
+            for part, pause, switch in _parts(paragraph):
                 for piece in pack(sentences(part.strip(), language), limit) if part.strip() \
                         else ():
                     if adjacent:
                         drafts[-1].gap = max(drafts[-1].gap, gaps.segment)
-                    drafts.append(_Draft(piece))
+                    drafts.append(_Draft(piece, speaker))
                     adjacent = True
                 if pause is not None:
                     if drafts:
                         drafts[-1].marks.append(pause)
                     adjacent = False
+                if switch is not False:
+                    speaker = switch if isinstance(switch, str) else None
         if drafts:
             drafts[-1].gap = max(drafts[-1].gap, gaps.chapter)
         for draft in drafts:
-            yield Piece(number, draft.text, draft.pause())
+            yield Piece(number, draft.text, draft.pause(), draft.speaker)
 
 
 class IncompletePlan(ValueError):
@@ -197,14 +236,15 @@ class IncompletePlan(ValueError):
 def check_plan(chapters: list[str], pieces: list[Piece]) -> dict[str, int]:
     """Check that the pieces hold every chapter's text, whole and in order.
 
-    Whitespace and `[pause:Ns]` marks aside, the pieces of each chapter must spell its text
-    exactly. Return what was checked (for the manifest); raise IncompletePlan at the first gap.
+    Whitespace, `[pause:Ns]` and `[voice:name]` marks aside, the pieces of each chapter must
+    spell its text exactly. Return what was checked (for the manifest); raise IncompletePlan
+    at the first gap.
     """
     if any(b.chapter < a.chapter for a, b in pairwise(pieces)):
         raise IncompletePlan("the planned segments are out of chapter order")
     characters = 0
     for number, text in enumerate(chapters):
-        expected = "".join(_letters(PAUSE.sub("", p)) for p in paragraphs(clean(text)))
+        expected = "".join(_letters(strip_pauses(p)) for p in paragraphs(clean(text)))
         got = "".join(_letters(p.text) for p in pieces if p.chapter == number)
         if got != expected:
             at = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b),

@@ -109,6 +109,8 @@ class Segment(Base):
     chapter: Mapped[int] = mapped_column(Integer, default=0)
     text: Mapped[str] = mapped_column(Text)
     pause_after: Mapped[float] = mapped_column(Float, default=0.0)
+    # A `[voice:name]` mark's speaker (the job's cast gives the voice); None: the chapter's.
+    speaker: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[SegmentStatus] = mapped_column(_enum(SegmentStatus, "segment_status"),
                                                   default=SegmentStatus.pending)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

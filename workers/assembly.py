@@ -33,6 +33,7 @@ from workers.timeline import (
     Timeline,
     Words,
     chapter_spans,
+    cue_speakers,
     manifest,
     sentence_cues,
     subtitles,
@@ -377,7 +378,9 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
                 word_track(segments, timeline, words, timing)).encode())
             continue
         subtitle_keys[kind] = f"{base}/subtitles.{kind}"
-        target.put(subtitle_keys[kind], subtitles(cues, kind).encode())
+        speakers = cue_speakers(segments, timeline, cues, job.options["cast"]) \
+            if kind == "vtt" and job.options.get("cast") else None
+        target.put(subtitle_keys[kind], subtitles(cues, kind, speakers).encode())
     target.put(f"{base}/manifest.json",
                json.dumps(manifest(job, segments, timeline, chapters, checks,
                                    timing if subtitle_keys else None, heard), indent=1).encode())

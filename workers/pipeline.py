@@ -18,6 +18,7 @@ from sqlalchemy import case, exists, insert, select, update
 from sqlalchemy.orm import Session, defer
 
 from core import metrics
+from core.cast import voice_for
 from core.keys import part_key, parts_prefix, result_store, take_key
 from core.lexicon import reader_for
 from core.registry import worker_id
@@ -59,7 +60,8 @@ def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
                 return job.model, []
             rows = [
                 {"id": uuid.uuid4(), "job_id": job_id, "index": n, "chapter": piece.chapter,
-                 "text": piece.text, "pause_after": piece.pause_after}
+                 "text": piece.text, "pause_after": piece.pause_after,
+                 "speaker": piece.speaker}
                 for n, piece in enumerate(pieces)
             ]
             if not rows:
@@ -177,11 +179,12 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
             .where(Segment.id == segment_id, Segment.status == SegmentStatus.pending, job_running)
             .values(status=SegmentStatus.running, attempts=Segment.attempts + 1,
                     heartbeat_at=utcnow(), worker=worker_id())
-            .returning(Segment.job_id, Segment.index, Segment.text, Segment.quality)
+            .returning(Segment.job_id, Segment.index, Segment.text, Segment.quality,
+                       Segment.chapter, Segment.speaker)
         ).first()
         if claimed is None:
             return None
-        job_id, index, text, earlier = claimed
+        job_id, index, text, earlier, chapter, speaker = claimed
         structlog.contextvars.bind_contextvars(job_id=str(job_id), segment=index)
         # Not the book's text: only the planner reads it.
         job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
@@ -194,7 +197,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         checked = alignment.checked(job)
         request = SpeechRequest(
             text=reader_for(job.options, settings.normalize_text)(text),
-            voice=job.voice, speed=job.speed,
+            voice=voice_for(job.options, job.voice, chapter, speaker), speed=job.speed,
             instructions=job.options.get("instructions"), language=language,
             seed=alignment.take_seed(job.options.get("seed"), earlier),
             max_new_tokens=job.options.get("max_new_tokens"),

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any, Protocol
 
+from core.cast import voice_for
 from core.ids import job_id
 from core.lexicon import Reader
 from core.normalize import spoken
@@ -33,13 +34,16 @@ def timestamp(seconds: float, sep: str) -> str:
     return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
 
 
-def subtitles(cues: list[tuple[float, float, str]], kind: str) -> str:
-    """Render (start, end, text) cues as SRT or WebVTT."""
+def subtitles(cues: list[tuple[float, float, str]], kind: str,
+              voices: list[str | None] | None = None) -> str:
+    """Render (start, end, text) cues as SRT or WebVTT; `voices`: each cue's speaker, which
+    WebVTT marks with a `<v Name>` tag."""
     sep = "," if kind == "srt" else "."
+    tags = [f"<v {v}>" if v and kind == "vtt" else "" for v in voices or [None] * len(cues)]
     blocks = [
         (f"{n}\n" if kind == "srt" else "")
-        + f"{timestamp(start, sep)} --> {timestamp(end, sep)}\n{text}\n"
-        for n, (start, end, text) in enumerate(cues, 1)
+        + f"{timestamp(start, sep)} --> {timestamp(end, sep)}\n{tag}{text}\n"
+        for n, ((start, end, text), tag) in enumerate(zip(cues, tags, strict=True), 1)
     ]
     head = "WEBVTT\n\n" if kind == "vtt" else ""
     return head + "\n".join(blocks)
@@ -187,6 +191,20 @@ def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
     return cues, timing
 
 
+def cue_speakers(segments: list[Segment], timeline: Timeline,
+                 cues: list[tuple[float, float, str]], names: dict[str, Any]) -> list[str | None]:
+    """Return the speaker of each cue (a cue lies inside one segment): its name as the job's
+    cast wrote it, or None for the narrator."""
+    out, n = [], 0
+    for start, _, _ in cues:
+        at = round(start * timeline.rate)
+        while n + 1 < len(segments) and timeline.starts[n + 1] <= at:
+            n += 1
+        speaker = segments[n].speaker
+        out.append(names.get(speaker, {}).get("name", speaker) if speaker else None)
+    return out
+
+
 def word_track(segments: list[Segment], timeline: Timeline, words: Words | None,
                timing: list[str]) -> dict[str, Any]:
     """The `words` subtitles: every aligned word in the book's time (seconds), segment by
@@ -261,7 +279,9 @@ def manifest(job: Job, segments: list[Segment], timeline: Timeline,
         "segments": [
             {"index": s.index, "chapter": s.chapter, "chars": len(s.text),
              "start_seconds": timeline.starts[n] / rate,
-             "duration_seconds": (s.samples or 0) / rate, "attempts": s.attempts}
+             "duration_seconds": (s.samples or 0) / rate, "attempts": s.attempts,
+             "voice": voice_for(job.options, job.voice, s.chapter, s.speaker)}
+            | ({"speaker": s.speaker} if s.speaker else {})
             | ({"quality": s.quality} if s.quality else {})
             | ({"timing": timing[n]} if timing is not None else {})
             | ({"wer": wer.get(s.index)} if heard is not None else {})

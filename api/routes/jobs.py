@@ -24,9 +24,11 @@ from api.schemas import JobBody
 from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve
 from core import ids
+from core.cast import voice_for
 from core.formats import CONTENT_TYPES
 from core.keys import cover_key, job_prefix, result_store
 from core.queues import ASSEMBLE, BATCH, NOTIFY, SYNTHESIZE, assembly_queue, model_queues
+from core.text import voiced_runs
 from core.views import job_object
 from models import ACTIVE, Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.base import uuid7
@@ -36,6 +38,7 @@ router = APIRouter()
 log = structlog.get_logger()
 Variant = Literal["audio", "subtitles_srt", "subtitles_vtt", "subtitles_words", "manifest",
                   "chapter"]
+PREVIEW_PARTS = 200  # a chapter's voiced parts the preview lists
 MEDIA_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json",
                "words": "application/json"}
 
@@ -105,8 +108,10 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     parsed = await job_input.job_body(request, state.settings.max_body_bytes)
     body, cover = parsed.body, parsed.cover
     models = await state.catalogue.models()
-    model, voice = resolve(body, models, await uploaded_voices(session, owner, models))
+    own = await uploaded_voices(session, owner, models)
+    model, voice = resolve(body, models, own)
     chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
+    voices = job_input.cast(body, chapters, model, own)
     output_url = job_input.check_output_url(body.output_url, state.settings.output_prefixes)
     lexicons, lexicon = await named_lexicons(session, owner, body.lexicons, model)
     cover_kind = await anyio.to_thread.run_sync(job_input.check_cover, cover) if cover else None
@@ -131,6 +136,7 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
         options["book"] = body.book.model_dump(exclude_none=True)
     if body.mastering != "none":
         options["mastering"] = body.mastering
+    options |= voices
     if cover_kind is not None:
         options["cover"] = cover_key(key, cover_kind)
     now = utcnow()
@@ -173,15 +179,30 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     "required": True, "content": {
         "application/json": {"schema": JobBody.model_json_schema()},
         "multipart/form-data": {"schema": job_input.MULTIPART}}}})
-async def preview_job(request: Request, state: StateDep, _: OwnerDep) -> dict[str, Any]:
-    """Show the chapters a job body would have (the console shows them before submitting);
-    nothing is stored or enqueued, and the body is checked as a submit would check it."""
+async def preview_job(request: Request, state: StateDep, session: SessionDep,
+                      owner: OwnerDep) -> dict[str, Any]:
+    """Show the chapters a job body would have (the console shows them before submitting),
+    with the cast and who speaks each part of each chapter; nothing is stored or enqueued,
+    and the body is checked as a submit would check it."""
     body = (await job_input.job_body(request, state.settings.max_body_bytes)).body
+    models = await state.catalogue.models()
+    own = await uploaded_voices(session, owner, models)
+    model, voice = resolve(body, models, own)
     chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
-    return {"object": "audio.job.preview",
+    voices = job_input.cast(body, chapters, model, own)
+
+    def parts(n: int, text: str) -> list[dict[str, Any]]:  # the first PREVIEW_PARTS
+        return [{"speaker": who, "voice": voice_for(voices, voice.id, n, who),
+                 "characters": len(said), "excerpt": said[:200]}
+                for who, said in voiced_runs(text)[:PREVIEW_PARTS]]
+
+    return {"object": "audio.job.preview", "model": model.id, "voice": voice.id,
+            "cast": {v["name"]: v["voice"] for v in voices.get("cast", {}).values()},
             "input_characters": sum(len(c["input"]) for c in chapters),
             "chapters": [{"title": c["title"], "characters": len(c["input"]),
-                          "excerpt": c["input"][:200]} for c in chapters]}
+                          "excerpt": c["input"][:200],
+                          "voice": voice_for(voices, voice.id, n, None),
+                          "parts": parts(n, c["input"])} for n, c in enumerate(chapters)]}
 
 
 def _replay(job: Job, digest: str, request: Request, state: State) -> Json:
