@@ -79,6 +79,11 @@ def cast(body: JobBody, chapters: list[dict[str, Any]], model: ModelInfo,
              for name, v in body.cast.items()}
     chapter_voices = {str(n): voice(c["voice"], f"chapters.{n}.voice")
                       for n, c in enumerate(chapters) if c.get("voice")}
+    for key, name in body.chapter_voices.items():
+        if int(key) >= len(chapters):
+            raise bad_request(f"chapter_voices.{key}: the job has {len(chapters)} chapter(s), "
+                              "numbered from 0", f"chapter_voices.{key}", "invalid_value")
+        chapter_voices[str(int(key))] = voice(name, f"chapter_voices.{key}")
     for n, chapter in enumerate(chapters):
         for speaker in speakers(chapter["input"]):
             if speaker in given:

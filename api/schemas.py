@@ -102,6 +102,11 @@ class JobBody(SpeechFields):
     verify: Verify = "off"
     metadata: dict[str, Any] = Field(default_factory=dict)
     book: Book | None = None
+    # A voice per chapter by index ("0", "1", ...), however the chapters were given (JSON,
+    # Markdown or EPUB); over chapters[].voice.
+    chapter_voices: Annotated[dict[Annotated[StrictStr, Field(pattern=r"^\d{1,4}$")],
+                                   Annotated[StrictStr, Field(min_length=1, max_length=128)]],
+                              Field(max_length=1000)] = Field(default_factory=dict)
     # Speaker names (as `[voice:name]` marks give them) to voices of the job's model.
     cast: Annotated[dict[Annotated[StrictStr, Field(min_length=1, max_length=64,
                                                     pattern=r"^[\w][\w .'-]*$")],

@@ -290,6 +290,8 @@ def submit(file: Annotated[Path, typer.Argument(help="plain text, Markdown (.md:
            title: Annotated[str, typer.Option(help="the book's title (tags)")] = "",
            author: Annotated[str, typer.Option(help="the book's author (tags)")] = "",
            mastering: Annotated[str, typer.Option(help="'acx': ACX-ready MP3 chapters")] = "",
+           cast: Annotated[list[str] | None, typer.Option(
+               help="NAME=VOICE: [voice:NAME] marks speak in VOICE (repeat for more)")] = None,
            url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
     """Submit FILE as a job; with --wait, follow it and download the audio."""
     import json
@@ -297,6 +299,10 @@ def submit(file: Annotated[Path, typer.Argument(help="plain text, Markdown (.md:
     body: dict[str, object] = {"response_format": fmt}
     body |= {k: v for k, v in (("voice", voice), ("lexicons", lexicon),
                                ("mastering", mastering)) if v}
+    pairs = [entry.partition("=") for entry in cast or []]
+    if any(not name.strip() or not sep or not voice_id.strip() for name, sep, voice_id in pairs):
+        raise typer.BadParameter("give --cast as NAME=VOICE", param_hint="--cast")
+    body |= {"cast": {n.strip(): v.strip() for n, _, v in pairs}} if pairs else {}
     book = {k: v for k, v in (("title", title), ("author", author)) if v}
     body |= {"book": book} if book else {}
     files = {"cover": (cover.name, cover.read_bytes())} if cover else {}

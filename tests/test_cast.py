@@ -129,6 +129,10 @@ BAD = [
      "chapters.0.voice", "unknown voice 'nova'"),
     ("a speaker in chapter two", {"chapters": [{"input": "Hi."}, {"input": "[voice:dan] Yo."}]},
      "chapters.1.input", "[voice:dan]"),
+    ("a chapter index past the end", {"input": "Hi.", "chapter_voices": {"1": "joe"}},
+     "chapter_voices.1", "1 chapter(s)"),
+    ("a chapter_voices voice the model lacks", {"input": "Hi.", "chapter_voices": {"0": "x"}},
+     "chapter_voices.0", "unknown voice 'x'"),
     ("a cast name with markup", {"input": "Hi.", "cast": {"<b>": "joe"}}, "cast.<b>.[key]",
      "pattern"),
 ]

@@ -134,3 +134,22 @@ def test_submit_a_markdown_book_with_a_cover_title_and_acx_mastering(
     assert {"title": "Harbour", "artist": "A. Writer"}.items() <= found["tags"].items()
     assert found["chapters"] == ["One", "Two"]
     assert found["cover"] == cover.read_bytes()
+
+
+def test_submit_with_a_cast(local_stack: Stack, tmp_path: Path) -> None:
+    import httpx
+
+    scene = tmp_path / "scene.txt"
+    scene.write_text('It was late. [voice:Alice] "Who is there?"', encoding="utf-8")
+    done = subprocess.run(narrator("submit", str(scene), "--cast", "Alice=joe", "--wait",
+                                   "--url", local_stack.url),
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    job = httpx.get(f"{local_stack.url}/v1/audio/jobs/{done.stdout.split()[0]}").json()
+    manifest = httpx.get(job["result"]["manifest_url"]).json()
+    assert [s.get("speaker") for s in manifest["segments"]] == [None, "alice"]
+    refused = subprocess.run(narrator("submit", str(scene), "--cast", "Alice", "--url",
+                                      local_stack.url),
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 2
+    assert "NAME=VOICE" in refused.stderr

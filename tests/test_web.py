@@ -335,6 +335,26 @@ def test_a_book_with_tags_a_cover_and_acx_mastering_from_the_form(
     assert found["cover"] == cover.read_bytes()
 
 
+def test_a_chapter_voice_picked_in_the_preview_goes_with_the_job(browser: WebDriver,
+                                                                  served: str) -> None:
+    open_console(browser, served, "jobs")
+    browser.find_element(By.CSS_SELECTOR, 'input[name="job-kind"][value="markdown"]').click()
+    box = browser.find_element(By.ID, "job-text")
+    box.clear()
+    box.send_keys(BOOK)
+    browser.find_element(By.ID, "job-preview").click()
+    pickers = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "select.chapter-voice"))
+    assert len(pickers) == 2
+    Select(pickers[1]).select_by_value("joe")
+    browser.find_element(By.ID, "job-submit").click()
+    job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
+                   if text_of(d, "status").startswith("submitted job_") else None)
+    until(browser, lambda d: "completed" in row_text(d, f'tr[data-job="{job_id}"]'), 120)
+    job = httpx.get(f"{served}/v1/audio/jobs/{job_id}").json()
+    manifest = httpx.get(job["result"]["manifest_url"]).json()
+    assert manifest["options"]["chapter_voices"] == {"1": "joe"}
+
+
 def test_keyboard_and_labels(browser: WebDriver, served: str) -> None:
     open_console(browser, served)
     browser.find_element(By.ID, "tab-speak").send_keys(Keys.ARROW_RIGHT)

@@ -281,6 +281,9 @@ function jobRequest() {
   if ($("job-verify").value !== "off") fields.verify = $("job-verify").value;
   Object.assign(fields, chosenLexicon("job"));
   if ($("job-mastering").value !== "none") fields.mastering = $("job-mastering").value;
+  const chapterVoices = Object.fromEntries([...document.querySelectorAll(".chapter-voice")]
+    .filter((picker) => picker.value).map((picker) => [picker.dataset.chapter, picker.value]));
+  if (Object.keys(chapterVoices).length) fields.chapter_voices = chapterVoices;
   const book = Object.fromEntries([["title", "job-title"], ["author", "job-author"]]
     .map(([name, id]) => [name, $(id).value.trim()]).filter(([, value]) => value));
   if (Object.keys(book).length) fields.book = book;
@@ -298,14 +301,24 @@ function jobRequest() {
   return { form };
 }
 
+$("job-text").addEventListener("input", () => $("job-chapters").replaceChildren());  // stale
+
 $("job-preview").addEventListener("click", () => guarded($("job-preview"), async () => {
   const preview = await (await api("/v1/audio/jobs/preview", { method: "POST", ...jobRequest() })).json();
   const list = document.createElement("ol");
-  for (const chapter of preview.chapters) {
+  const model = $("job-model").value;
+  preview.chapters.forEach((chapter, n) => {
     const item = document.createElement("li");
-    item.textContent = `${chapter.title ?? "(untitled)"}: ${chapter.characters.toLocaleString()} characters`;
+    item.textContent = `${chapter.title ?? "(untitled)"}: ${chapter.characters.toLocaleString()} characters `;
+    const picker = document.createElement("select");  // this chapter's voice
+    picker.className = "chapter-voice";
+    picker.dataset.chapter = String(n);
+    picker.setAttribute("aria-label", `Voice of chapter ${n + 1}`);
+    picker.append(new Option("job voice", ""), ...voices.filter((v) => v.model === model)
+      .map((v) => new Option(v.name, v.id)));
+    item.append(picker);
     list.append(item);
-  }
+  });
   const head = document.createElement("p");
   head.textContent = `${preview.chapters.length} chapter(s), ${preview.input_characters.toLocaleString()} characters`;
   $("job-chapters").replaceChildren(head, list);
