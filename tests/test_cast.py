@@ -1,15 +1,11 @@
 """Voices per chapter and per speaker: `[voice:name]` marks, a job's cast, chapter voices."""
 
-import json
-import uuid
-from typing import Any
 
-import numpy as np
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from core.text import Gaps, check_plan, plan_pieces, speakers, strip_pauses
 from tests.conftest import count_jobs, error_of
-from tests.support import Stack, insert_job, wait_job
+from tests.support import Stack, wait_job
 
 SCENE = ('The night was cold. [voice:Alice] "Who is there?" she asked. [voice:bob] "Only me." '
          '[voice] Nobody moved.\n\nThe wind rose. [voice:alice] "Then come in." '
@@ -29,65 +25,6 @@ def test_marks_split_the_plan_so_each_segment_has_one_speaker() -> None:
     assert speakers(SCENE) == ["alice", "bob", "alice"]
     assert "[voice:a" not in strip_pauses(SCENE).lower()
     assert "A [voice:x] sign" in strip_pauses(SCENE)
-
-
-class CastEngine:
-    """A GPU-engine double with two voices that speaks with Piper and records the voice each
-    request asked for (one real CPU voice exists: the audio cannot tell voices apart)."""
-
-    def __init__(self) -> None:
-        from dataclasses import replace
-
-        from core.catalog import catalog
-        from workers.engines.piper import PiperEngine
-        from workers.settings import get_settings
-
-        self.piper = PiperEngine(catalog(get_settings())[0])
-        self.info = replace(self.piper.info, engine="vllm-omni")
-        self.voices: dict[str, str] = {}
-
-    @property
-    def sample_rate(self) -> int:
-        return self.piper.sample_rate
-
-    def synthesize(self, requests: list[Any]) -> list[np.ndarray]:
-        from dataclasses import replace
-
-        for request in requests:
-            self.voices[request.request_id] = request.voice
-        return self.piper.synthesize([replace(r, voice="joe") for r in requests])
-
-
-def test_each_segment_is_spoken_in_its_speakers_voice_and_the_files_say_who(
-        pipeline_env: None, db: Engine) -> None:
-    from storage import store_for
-    from workers import pipeline
-
-    options = {"subtitles": ["vtt"], "cast": {
-        "alice": {"name": "Alice", "voice": "ryan"}, "bob": {"name": "Bob", "voice": "aiden"}},
-        "chapter_voices": {"1": "vivian"}}
-    job_id = uuid.UUID(str(insert_job(db, [SCENE, "The morning came."], "wav", options)))
-    _, ids = pipeline.plan(job_id)
-    engine: Any = CastEngine()
-    for segment_id in ids:
-        assert pipeline.synthesize(segment_id, engine=engine) is not None
-    assert pipeline.assemble(job_id).outcome == "completed"
-    assert [engine.voices[f"{job_id}-{n}"] for n in range(7)] == [
-        "joe", "ryan", "aiden", "joe", "joe", "ryan", "vivian"]
-    with db.connect() as connection:
-        result = connection.execute(text("SELECT result FROM jobs WHERE id = :id"),
-                                    {"id": job_id}).scalar_one()
-    store = store_for()
-    with store.open(result["manifest_key"]) as f:
-        manifest = json.load(f)
-    with store.open(result["subtitles"]["vtt"]) as f:
-        vtt = f.read().decode()
-    assert [(s.get("speaker"), s["voice"]) for s in manifest["segments"]] == [
-        (None, "joe"), ("alice", "ryan"), ("bob", "aiden"), (None, "joe"), (None, "joe"),
-        ("alice", "ryan"), (None, "vivian")]
-    assert '<v Alice>"Who is there?" she asked.' in vtt
-    assert '<v Bob>"Only me."' in vtt
-    assert "\nNobody moved." in vtt  # the narrator: no voice tag
 
 
 def test_preview_shows_the_cast_and_who_speaks_each_part(local_stack: Stack) -> None:

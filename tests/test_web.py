@@ -89,6 +89,14 @@ def open_console(driver: WebDriver, url: str, tab: str = "speak") -> None:
     until(driver, lambda d: Select(d.find_element(By.ID, "speak-voice")).options)
 
 
+def plain_text_job(driver: WebDriver, words: str) -> None:
+    """Fill the job form with plain text (an earlier test may have left it on EPUB)."""
+    driver.find_element(By.CSS_SELECTOR, 'input[name="job-kind"][value="text"]').click()
+    box = driver.find_element(By.ID, "job-text")
+    box.clear()
+    box.send_keys(words)
+
+
 def test_speak_streams_then_plays_a_whole_file(browser: WebDriver, served: str) -> None:
     open_console(browser, served)
     text = browser.find_element(By.ID, "speak-text")
@@ -294,15 +302,14 @@ def test_a_lexicon_saved_in_the_console_is_spoken_by_a_job_picked_with_it(
     assert lexicon["entries"] == [{"text": "tomato", "ipa": "bənˈænə"}]
 
     open_console(browser, served, "jobs")
-    box = browser.find_element(By.ID, "job-text")
-    box.clear()
-    box.send_keys(TOMATO)
+    plain_text_job(browser, TOMATO)
     Select(browser.find_element(By.ID, "job-format")).select_by_visible_text("wav")
     until(browser, lambda d: len(Select(d.find_element(By.ID, "job-lexicon")).options) > 1)
     Select(browser.find_element(By.ID, "job-lexicon")).select_by_value(lexicon["id"])
     browser.find_element(By.ID, "job-submit").click()
     job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
                    if text_of(d, "status").startswith("submitted job_") else None)
+    Select(browser.find_element(By.ID, "job-lexicon")).select_by_value("")
     until(browser, lambda d: "completed" in row_text(d, f'tr[data-job="{job_id}"]'), 120)
     job = httpx.get(f"{served}/v1/audio/jobs/{job_id}").json()
     assert job["lexicons"] == [lexicon["id"]]
@@ -316,9 +323,7 @@ def test_a_book_with_tags_a_cover_and_acx_mastering_from_the_form(
     cover = tmp_path / "cover.jpg"
     cover.write_bytes(image("JPEG"))
     open_console(browser, served, "jobs")
-    box = browser.find_element(By.ID, "job-text")
-    box.clear()
-    box.send_keys("The boats came in at dawn.")
+    plain_text_job(browser, "The boats came in at dawn.")
     Select(browser.find_element(By.ID, "job-format")).select_by_visible_text("mp3")
     Select(browser.find_element(By.ID, "job-mastering")).select_by_value("acx")
     browser.find_element(By.ID, "job-title").send_keys("Harbour")
@@ -327,6 +332,9 @@ def test_a_book_with_tags_a_cover_and_acx_mastering_from_the_form(
     browser.find_element(By.ID, "job-submit").click()
     job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
                    if text_of(d, "status").startswith("submitted job_") else None)
+    for field in ("job-title", "job-author", "job-cover"):  # leave the form as it was
+        browser.find_element(By.ID, field).clear()
+    Select(browser.find_element(By.ID, "job-mastering")).select_by_value("none")
     until(browser, lambda d: "completed" in row_text(d, f'tr[data-job="{job_id}"]'), 120)
     job = httpx.get(f"{served}/v1/audio/jobs/{job_id}").json()
     assert job["result"]["mastering"] == {"profile": "acx", "ok": True}
