@@ -132,6 +132,43 @@ class JobBody(SpeechFields):
         return self
 
 
+class SegmentRange(BaseModel):
+    """Segments `from` to `to`, both included (the manifest's indexes)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    first: Annotated[StrictInt, Field(ge=0, alias="from")]
+    last: Annotated[StrictInt, Field(ge=0, alias="to")]
+
+
+class RerenderBody(BaseModel):
+    """`POST /v1/audio/jobs/{id}/rerender`: which part to synthesise again, and how."""
+
+    model_config = ConfigDict(extra="forbid")
+    chapters: Annotated[list[Annotated[StrictInt, Field(ge=0)]],
+                        Field(max_length=1000)] = Field(default_factory=list)
+    segments: Annotated[list[SegmentRange], Field(max_length=1000)] = Field(
+        default_factory=list)
+    voice: Annotated[StrictStr, Field(min_length=1, max_length=128)] | None = None
+    seed: StrictInt | None = None
+    # None: as before; a list (empty too) replaces the lexicons for this part
+    lexicons: Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=128)]],
+                        Field(max_length=lexicon.MAX_PER_REQUEST)] | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> "RerenderBody":
+        if not self.chapters and not self.segments:
+            raise ValueError("give 'chapters' (indexes) or 'segments' ([{from, to}]) to "
+                             "re-render")
+        return self
+
+    @field_validator("segments")
+    @classmethod
+    def _ordered(cls, ranges: list[SegmentRange]) -> list[SegmentRange]:
+        if any(r.first > r.last for r in ranges):
+            raise ValueError("a range's 'from' must not be after its 'to'")
+        return ranges
+
+
 class LexiconEntry(BaseModel):
     """One pronunciation: a word or phrase said as `alias`, or as the phonemes `ipa`."""
 

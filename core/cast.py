@@ -11,8 +11,11 @@ from typing import Any
 
 
 def voice_for(options: Mapping[str, Any], default: str, chapter: int,
-              speaker: str | None) -> str:
-    """Return the voice of a segment of `chapter` spoken by `speaker` (None: the narrator)."""
+              speaker: str | None, overrides: Mapping[str, Any] | None = None) -> str:
+    """Return the voice of a segment of `chapter` spoken by `speaker` (None: the narrator);
+    a re-render's `overrides` come first."""
+    if overrides and overrides.get("voice"):
+        return str(overrides["voice"])
     if speaker is not None:
         return str(options.get("cast", {}).get(speaker, {}).get("voice", default))
     return str(options.get("chapter_voices", {}).get(str(chapter), default))

@@ -10,13 +10,19 @@ def job_prefix(job_id: uuid.UUID) -> str:
     return f"jobs/{job_id}"
 
 
+def version_prefix(job_id: uuid.UUID, version: int) -> str:
+    """Return where a version of a job's result lives: the first at the job's prefix, each
+    re-render's under `v<n>/`, so that earlier versions stay downloadable."""
+    return job_prefix(job_id) if version <= 1 else f"{job_prefix(job_id)}/v{version}"
+
+
 def cover_key(job_id: uuid.UUID, extension: str) -> str:
     """Return where a job's cover image is kept (deleted with the job)."""
     return f"{job_prefix(job_id)}/cover.{extension}"
 
 
 def parts_prefix(job_id: uuid.UUID) -> str:
-    """Return the prefix of a job's working parts (deleted once it is assembled)."""
+    """Return the prefix of a job's parts (kept for re-renders unless KEEP_PARTS=false)."""
     return f"{job_prefix(job_id)}/parts"
 
 

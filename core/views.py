@@ -40,21 +40,41 @@ def _result(job: Job, url_for: UrlFor, content: str) -> dict[str, Any] | None:
     stored = job.result
     if job.status != JobStatus.completed or not stored:
         return None
+    return _files(stored, url_for, content)
+
+
+def _versions(job: Job, url_for: UrlFor, content: str) -> list[dict[str, Any]]:
+    """The earlier versions a re-render left, oldest first, with their files' URLs."""
+    out = []
+    for number, kept in sorted((job.versions or {}).items(), key=lambda kv: int(kv[0])):
+        at = datetime.fromisoformat(kept["completed_at"]) if kept.get("completed_at") else None
+        out.append({"version": int(number), "completed_at": _ts(at)}
+                   | _files(kept["result"], url_for, content, f"version={number}"))
+    return out
+
+
+def _files(stored: dict[str, Any], url_for: UrlFor, content: str,
+           query: str = "") -> dict[str, Any]:
+    """A result's files: keys made URLs (`query`: how the API's content URL names them)."""
+    def local(variant: str = "") -> str:
+        both = "&".join(q for q in (query, variant) if q)
+        return f"{content}?{both}" if both else content
+
     chapters = [
         {"title": c["title"], "start_seconds": c["start_seconds"],
          "duration_seconds": c["duration_seconds"],
-         "url": url_for(c["key"], f"{content}?variant=chapter&index={n}") if "key" in c else None}
+         "url": url_for(c["key"], local(f"variant=chapter&index={n}")) if "key" in c else None}
         for n, c in enumerate(stored.get("chapters", []))
     ]
     return {
-        "url": url_for(stored["key"], content),
+        "url": url_for(stored["key"], local()),
         "duration_seconds": stored["duration_seconds"],
         "bytes": stored["bytes"],
         "sample_rate": stored.get("sample_rate"),
         "chapters": chapters,
-        "subtitles": {kind: url_for(key, f"{content}?variant=subtitles_{kind}")
+        "subtitles": {kind: url_for(key, local(f"variant=subtitles_{kind}"))
                       for kind, key in stored.get("subtitles", {}).items()},
-        "manifest_url": url_for(stored["manifest_key"], f"{content}?variant=manifest"),
+        "manifest_url": url_for(stored["manifest_key"], local("variant=manifest")),
     } | {k: stored[k] for k in ("verification", "mastering") if k in stored}
 
 
@@ -82,4 +102,6 @@ def job_object(job: Job, url_for: UrlFor, api_base: str) -> dict[str, Any]:
         "result": _result(job, url_for, content),
         "error": job.error,
         "metadata": job.meta,
+        "version": job.version or 1,
+        "versions": _versions(job, url_for, content),
     } | {k: job.options[k] for k in ("book", "lexicons") if job.options.get(k)}

@@ -82,6 +82,10 @@ class Job(Base):
     chars_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     audio_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     result: Mapped[dict[str, Any] | None] = mapped_column()
+    # Re-rendering (POST .../rerender) numbers the results: `result` is version `version`,
+    # the earlier ones stay listed in `versions` (and downloadable) until the job's media goes.
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    versions: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
     error: Mapped[dict[str, Any] | None] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
@@ -111,6 +115,8 @@ class Segment(Base):
     pause_after: Mapped[float] = mapped_column(Float, default=0.0)
     # A `[voice:name]` mark's speaker (the job's cast gives the voice); None: the chapter's.
     speaker: Mapped[str | None] = mapped_column(String(64))
+    # A re-render's changes for this segment: voice, seed, lexicon (merged entries).
+    overrides: Mapped[dict[str, Any] | None] = mapped_column()
     status: Mapped[SegmentStatus] = mapped_column(_enum(SegmentStatus, "segment_status"),
                                                   default=SegmentStatus.pending)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

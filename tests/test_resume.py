@@ -103,7 +103,7 @@ def test_media_past_its_ttl_is_deleted_by_the_reaper(fragile: Stack) -> None:
         assert job["expires_at"] - job["completed_at"] in (7, 8)
         folder = fragile.api.log.parent / "media" / "jobs" / _uuid(job["id"])
         assert (folder / "audio.mp3").exists()
-        assert not (folder / "parts").exists()  # parts go once the job is assembled
+        assert (folder / "parts").exists()  # kept for re-renders (KEEP_PARTS), until expiry
         wait_for(lambda: not folder.exists(), 30, "the reaper to delete expired media")
         assert http.get(f"/v1/audio/jobs/{job['id']}").status_code == 404
 

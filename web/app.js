@@ -358,7 +358,7 @@ async function refreshJobs() {
     const rows = page.data.map((job) => {
       const row = document.createElement("tr");
       row.dataset.job = job.id;
-      const cells = [job.id.slice(0, 16) + "…", job.status, "", new Date(job.created_at * 1000).toLocaleString(), ""]
+      const cells = [job.id.slice(0, 16) + "…", job.version > 1 ? `${job.status} (v${job.version})` : job.status, "", new Date(job.created_at * 1000).toLocaleString(), ""]
         .map((text) => { const td = document.createElement("td"); td.textContent = text; return td; });
       const bar = document.createElement("progress");
       bar.max = 100; bar.value = job.progress;
@@ -462,7 +462,17 @@ async function openPlayer(job) {
     go.type = "button";
     go.textContent = chapter.title ?? `Chapter ${n + 1}`;
     go.addEventListener("click", () => { audio.currentTime = chapter.start_seconds; audio.play(); });
-    item.append(go);
+    const again = document.createElement("button");  // this chapter synthesised again: v+1
+    again.type = "button";
+    again.textContent = "Re-render";
+    again.setAttribute("aria-label", `Re-render chapter ${n + 1}`);
+    again.addEventListener("click", () => guarded(again, async () => {
+      const job2 = await (await api(`/v1/audio/jobs/${job.id}/rerender`, {
+        method: "POST", json: { chapters: [n] } })).json();
+      say(`re-rendering chapter ${n + 1} of ${job.id} as version ${job2.version}`);
+      await refreshJobs();
+    }));
+    item.append(go, " ", again);
     return item;
   }));
   let cues = [];
@@ -511,7 +521,9 @@ async function openPlayer(job) {
     ...Object.entries(job.result.subtitles ?? {}).map(([k, url]) => k === "words"
       ? ["Word timings (JSON)", url, `${job.id}.words.json`]
       : [`Subtitles (${k.toUpperCase()})`, url, `${job.id}.${k}`]),
-    ["Manifest (JSON)", job.result.manifest_url, `${job.id}.json`]];
+    ["Manifest (JSON)", job.result.manifest_url, `${job.id}.json`],
+    ...(job.versions ?? []).map((v) => [`Version ${v.version} (earlier)`, v.url,
+      `${job.id}.v${v.version}.${job.response_format}`])];
   $("player-downloads").replaceChildren(...links.filter(([, url]) => url).map(([label, url, name]) => {
     const item = document.createElement("li");
     const link = document.createElement("a");
@@ -530,6 +542,8 @@ async function openPlayer(job) {
     return item;
   }));
   $("player-title").textContent = `Player: ${job.id}`;
+  $("player-version").textContent = job.version > 1
+    ? `Version ${job.version}; earlier versions are in the downloads` : "Version 1";
   player.hidden = false;
   player.scrollIntoView({ block: "start" });
 }

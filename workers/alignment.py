@@ -169,7 +169,8 @@ def _check_part(job: Job, segment: Segment, store: MediaStore, checker: Any, *, 
     with store.open(part_key(job.id, segment.index)) as f:
         rate = sf.info(f).samplerate
     audio = assembly.read_part(segment, store, lambda s: part_key(job.id, s.index))
-    text = reader_for(job.options, get_settings().normalize_text)(segment.text)
+    text = reader_for(job.options | (segment.overrides or {}),
+                      get_settings().normalize_text)(segment.text)
     words = wer = None
     if align:
         words = checker.align(audio, rate, text)

@@ -20,7 +20,7 @@ import structlog
 
 from core.audio import EXTENSIONS, fade_edges, loudness_normalize
 from core.audio import encode_to as encode_blocks
-from core.keys import job_prefix, parts_prefix
+from core.keys import parts_prefix, version_prefix
 from core.lexicon import reader_for
 from models import Job, Segment
 from storage import MediaStore
@@ -322,7 +322,8 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
             rate = sf.info(f).samplerate
     except FileNotFoundError:
         raise PartLost(segments[0], "its part is missing from storage") from None
-    fmt, ext, base = job.response_format, EXTENSIONS[job.response_format], job_prefix(job.id)
+    fmt, ext = job.response_format, EXTENSIONS[job.response_format]
+    base = version_prefix(job.id, job.version or 1)
     threads = threads or cores()
     master = job.options.get("mastering") == "acx"
     if master:

@@ -180,11 +180,11 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
             .values(status=SegmentStatus.running, attempts=Segment.attempts + 1,
                     heartbeat_at=utcnow(), worker=worker_id())
             .returning(Segment.job_id, Segment.index, Segment.text, Segment.quality,
-                       Segment.chapter, Segment.speaker)
+                       Segment.chapter, Segment.speaker, Segment.overrides)
         ).first()
         if claimed is None:
             return None
-        job_id, index, text, earlier, chapter, speaker = claimed
+        job_id, index, text, earlier, chapter, speaker, changed = claimed
         structlog.contextvars.bind_contextvars(job_id=str(job_id), segment=index)
         # Not the book's text: only the planner reads it.
         job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
@@ -195,11 +195,13 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
                                         job.speed)
         language = job.options.get("language")
         checked = alignment.checked(job)
+        options = job.options | (changed or {})  # a re-render's voice, seed and lexicon
         request = SpeechRequest(
-            text=reader_for(job.options, settings.normalize_text)(text),
-            voice=voice_for(job.options, job.voice, chapter, speaker), speed=job.speed,
+            text=reader_for(options, settings.normalize_text)(text),
+            voice=voice_for(job.options, job.voice, chapter, speaker, changed),
+            speed=job.speed,
             instructions=job.options.get("instructions"), language=language,
-            seed=alignment.take_seed(job.options.get("seed"), earlier),
+            seed=alignment.take_seed(options.get("seed"), earlier),
             max_new_tokens=job.options.get("max_new_tokens"),
             task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
         )
@@ -483,6 +485,7 @@ def assemble(job_id: uuid.UUID) -> Assembled:
                            audio_seconds=result["duration_seconds"])
     if moved is None:
         return Assembled("waiting")
-    store.delete(parts_prefix(job_id))  # only a running job needs its parts
+    if not settings.keep_parts:
+        store.delete(parts_prefix(job_id))
     log.info("job.completed", job_id=str(job_id), seconds=result["duration_seconds"])
     return Assembled("completed")

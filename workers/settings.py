@@ -78,6 +78,10 @@ class WorkerSettings(CoreSettings):
     vllm_engine_process: bool = True
     cache_dir: str = ""
     result_ttl_hours: float = 0.0
+    # Parts stay after a job completes, so a re-render synthesises only what it changes
+    # (storage: 32-bit float WAV, about 96 kB per second of speech at 24 kHz, until the job's
+    # media is deleted); false: deleted at completion, and re-renders are refused.
+    keep_parts: bool = True
 
     @property
     def realtime_lane_threads(self) -> int:

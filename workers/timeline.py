@@ -280,7 +280,7 @@ def manifest(job: Job, segments: list[Segment], timeline: Timeline,
             {"index": s.index, "chapter": s.chapter, "chars": len(s.text),
              "start_seconds": timeline.starts[n] / rate,
              "duration_seconds": (s.samples or 0) / rate, "attempts": s.attempts,
-             "voice": voice_for(job.options, job.voice, s.chapter, s.speaker)}
+             "voice": voice_for(job.options, job.voice, s.chapter, s.speaker, s.overrides)}
             | ({"speaker": s.speaker} if s.speaker else {})
             | ({"quality": s.quality} if s.quality else {})
             | ({"timing": timing[n]} if timing is not None else {})

@@ -248,13 +248,21 @@ async def get_job(job_id: str, request: Request, state: StateDep, owner: OwnerDe
 
 @router.get("/v1/audio/jobs/{job_id}/content", response_class=Response)
 async def job_content(job_id: str, state: StateDep, owner: OwnerDep,
-                      variant: Variant = "audio", index: int | None = None) -> Response:
-    """Stream the final audio or one of its side files."""
+                      variant: Variant = "audio", index: int | None = None,
+                      version: Annotated[int | None, Query(ge=1)] = None) -> Response:
+    """Stream the final audio or one of its side files (`version`: an earlier one's)."""
     job = await _read(state, job_id, owner)
-    if job.status != JobStatus.completed or not job.result:
+    if version is not None and version != (job.version or 1):
+        kept = (job.versions or {}).get(str(version))
+        if kept is None:
+            raise not_found(f"job has no version {version}; it is at version "
+                            f"{job.version or 1}", "version")
+        key, media_type = _content_key(job, variant, index, kept["result"])
+    elif job.status != JobStatus.completed or not job.result:
         raise ApiError(409, f"job is {job.status.value}; content is available once completed",
                        type="conflict_error", code="job_not_completed")
-    key, media_type = _content_key(job, variant, index)
+    else:
+        key, media_type = _content_key(job, variant, index)
     store = result_store(job.output_url)
     if not store.is_s3:
         return FileResponse(store.path(key), media_type=media_type)
@@ -271,8 +279,9 @@ def _chunks(handle: Any) -> Any:
             yield chunk
 
 
-def _content_key(job: Job, variant: str, index: int | None) -> tuple[str, str]:
-    result = job.result or {}
+def _content_key(job: Job, variant: str, index: int | None,
+                 result: dict[str, Any] | None = None) -> tuple[str, str]:
+    result = result or job.result or {}
     audio_type = CONTENT_TYPES[job.response_format]
     if variant == "audio":
         return result["key"], audio_type

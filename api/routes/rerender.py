@@ -1,0 +1,119 @@
+"""`POST /v1/audio/jobs/{id}/rerender`: synthesise chosen chapters or segments of a completed
+job again (with a new voice, seed or lexicons, if given), then assemble the book again as a
+new version; the parts that did not change are reused, and earlier versions stay."""
+
+import uuid
+from typing import Any, NamedTuple
+
+import anyio
+import structlog
+from fastapi import APIRouter, Request
+from sqlalchemy import select, update
+
+from api.errors import ApiError, Json, bad_request, unavailable
+from api.routes.jobs import _load, _render
+from api.routes.lexicons import named_lexicons
+from api.routes.voices import uploaded_voices
+from api.schemas import RerenderBody
+from api.state import OwnerDep, SessionDep, StateDep
+from api.validation import find_voice
+from core.keys import part_key
+from core.queues import SYNTHESIZE, model_queues
+from models import Job, JobStatus, Segment, SegmentStatus
+from models.transitions import atransition
+
+router = APIRouter()
+log = structlog.get_logger()
+
+
+class Part(NamedTuple):
+    """A segment as a re-render sees it."""
+
+    id: uuid.UUID
+    number: int
+    chapter: int
+    overrides: dict[str, Any] | None
+
+
+def _conflict(message: str, code: str) -> ApiError:
+    return ApiError(409, message, type="conflict_error", code=code)
+
+
+@router.post("/v1/audio/jobs/{job_id}/rerender", status_code=202)
+async def rerender_job(job_id: str, body: RerenderBody, request: Request, state: StateDep,
+                       session: SessionDep, owner: OwnerDep) -> Json:
+    """Re-render part of a completed job as its next version."""
+    job = await _load(session, job_id, owner)
+    if job.status != JobStatus.completed:
+        raise _conflict(f"only a completed job can be re-rendered; this one is "
+                        f"{job.status.value}", "job_not_completed")
+    rows = [Part(*r) for r in (await session.execute(
+        select(Segment.id, Segment.index, Segment.chapter, Segment.overrides)
+        .where(Segment.job_id == job.id).order_by(Segment.index))).all()]
+    chapters = 1 + max((r.chapter for r in rows), default=-1)
+    for n in body.chapters:
+        if n >= chapters:
+            raise bad_request(f"chapters: the job has {chapters} chapter(s), numbered from 0; "
+                              f"there is no {n}", "chapters", "invalid_value")
+    for r in body.segments:
+        if r.last >= len(rows):
+            raise bad_request(f"segments: the job has {len(rows)} segments, numbered from 0; "
+                              f"{r.first}-{r.last} goes past them", "segments", "invalid_value")
+    chosen = [r for r in rows if r.chapter in body.chapters
+              or any(g.first <= r.number <= g.last for g in body.segments)]
+    changes = await _changes(body, job, state, session, owner)
+    if not await anyio.to_thread.run_sync(state.store.exists, part_key(job.id, rows[0].number)):
+        raise _conflict("this job's parts were not kept (KEEP_PARTS=false, or it completed "
+                        "before re-rendering existed): submit it again", "parts_not_kept")
+    earlier = dict(job.versions or {}) | {str(job.version or 1): {
+        "result": job.result, "completed_at": job.completed_at.isoformat()
+        if job.completed_at else None}}
+    moved = await atransition(
+        session, job.id, [JobStatus.completed], JobStatus.in_progress,
+        detail={"rerender": len(chosen), "version": (job.version or 1) + 1},
+        version=Job.version + 1, versions=earlier, completed_at=None, expires_at=None,
+        segments_done=Job.segments_done - len(chosen))
+    if moved is None:
+        await session.rollback()
+        raise _conflict("the job changed while it was being re-rendered", "job_not_completed")
+    for row in chosen:  # earlier overrides stay unless this re-render changes them
+        await session.execute(update(Segment).where(Segment.id == row.id).values(
+            status=SegmentStatus.pending, error=None, worker=None,
+            overrides=(row.overrides or {}) | changes or None))
+    await session.commit()
+    try:
+        queue = model_queues(job.model)[1]
+        for row in chosen:
+            state.celery.send_task(SYNTHESIZE, args=[str(row.id)], queue=queue)
+    except Exception as exc:
+        raise unavailable(f"the re-render is recorded but the broker is unreachable ({exc}); "
+                          "it resumes when it is back (the reaper re-sends forgotten work)"
+                          ) from exc
+    log.info("job.rerender", job_id=str(job.id), segments=len(chosen))
+    await session.refresh(job)
+    return Json(_render(job, request, state), status_code=202)
+
+
+async def _changes(body: RerenderBody, job: Job, state: StateDep, session: SessionDep,
+                   owner: str) -> dict[str, Any]:
+    """Return the segments' new settings, each checked against the job's model."""
+    models = await state.catalogue.models()
+    model = next((m for m in models if m.id == job.model), None)
+    if model is None:
+        raise unavailable(f"no worker serves the job's model '{job.model}' now", 10)
+    changes: dict[str, Any] = {}
+    if body.voice is not None:
+        found = find_voice(model, await uploaded_voices(session, owner, models), body.voice)
+        if found is None:
+            raise bad_request(f"voice: unknown voice '{body.voice}' for model '{model.id}'",
+                              "voice", "voice_not_found")
+        changes["voice"] = found.id
+    if body.seed is not None:
+        if "seed" not in model.extras:
+            raise bad_request(f"seed: not supported by model '{model.id}'", "seed",
+                              "unsupported_parameter")
+        changes["seed"] = body.seed
+    if body.lexicons is not None:
+        changes["lexicon"] = (await named_lexicons(session, owner, body.lexicons, model))[1]
+    return changes
+

@@ -1,0 +1,86 @@
+"""Re-rendering part of a completed job: only that part is synthesised, versions stay."""
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from tests.conftest import error_of
+from tests.support import TOMATO, Stack, fruit_heard, wait_job
+
+CHAPTERS = [{"title": "One", "input": "The boats came in at dawn."},
+            {"title": "Two", "input": TOMATO},
+            {"title": "Three", "input": "Fish were sold by noon. The square emptied slowly."}]
+
+
+def _segments(db: Engine, job_id: str) -> list[tuple[int, int, int]]:
+    with db.connect() as connection:
+        return [(int(r[0]), int(r[1]), int(r[2])) for r in connection.execute(text(
+            "SELECT index, chapter, attempts FROM segments WHERE job_id = :id ORDER BY index"),
+            {"id": job_id.removeprefix("job_")}).all()]
+
+
+@pytest.mark.parametrize("fmt", ["wav", "mp3"])  # mp3: the changed fragments only
+def test_a_chapter_is_rendered_again_alone_and_both_versions_download(
+        local_stack: Stack, db: Engine, fmt: str) -> None:
+    with local_stack.client() as http:
+        http.post("/v1/audio/lexicons", json={"name": f"rerender-fruit-{fmt}",
+                                               "entries": [{"text": "tomato",
+                                                            "alias": "banana"}]})
+        created = http.post("/v1/audio/jobs", json={"chapters": CHAPTERS, "subtitles": ["vtt"],
+                                                    "response_format": fmt})
+        first = wait_job(http, created.json()["id"])
+        assert first["status"] == "completed", first
+        assert first["version"] == 1
+        assert first["versions"] == []
+        v1 = http.get(first["result"]["url"]).content
+        v1_two = http.get(first["result"]["chapters"][1]["url"]).content
+        before = _segments(db, first["id"])
+        assert {attempts for _, _, attempts in before} == {1}
+
+        again = http.post(f"/v1/audio/jobs/{first['id']}/rerender",
+                          json={"chapters": [1], "lexicons": [f"rerender-fruit-{fmt}"]})
+        assert again.status_code == 202, again.text
+        assert again.json()["version"] == 2
+        second = wait_job(http, first["id"])
+        assert second["status"] == "completed", second
+        versions = second["versions"]
+        assert [v["version"] for v in versions] == [1]
+        old = http.get(versions[0]["url"])
+        assert old.status_code == 200
+        assert old.content == v1  # version 1 as it was
+        assert http.get(versions[0]["chapters"][1]["url"]).content == v1_two
+        v2_two = http.get(second["result"]["chapters"][1]["url"]).content
+        manifest = http.get(second["result"]["manifest_url"]).json()
+    # Only chapter two's segments ran again (attempts: engine runs); the rest were reused.
+    assert [(chapter, attempts) for _, chapter, attempts in _segments(db, first["id"])] == \
+        [(chapter, 2 if chapter == 1 else 1) for _, chapter, _ in before]
+    assert [s["attempts"] for s in manifest["segments"]] == \
+        [2 if chapter == 1 else 1 for _, chapter, _ in before]
+    assert fruit_heard(v1_two) == {"tomato"}
+    assert fruit_heard(v2_two) == {"banana"}
+    assert len(versions) == 1
+
+
+def test_bad_rerenders_are_refused_and_change_nothing(local_stack: Stack) -> None:
+    cases: list[tuple[dict[str, Any], int, str | None]] = [
+        ({}, 400, None), ({"chapters": [3]}, 400, "chapters"),
+        ({"segments": [{"from": 2, "to": 1}]}, 400, "segments"),
+        ({"segments": [{"from": 0, "to": 99}]}, 400, "segments"),
+        ({"chapters": [0], "voice": "nova"}, 400, "voice"),
+        ({"chapters": [0], "seed": 7}, 400, "seed"),
+        ({"chapters": [0], "lexicons": ["no-such-lexicon"]}, 400, "lexicons"),
+        ({"chapters": [0], "input": "new words"}, 400, "input")]
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json={"chapters": CHAPTERS}).json()["id"])
+        for body, status, param in cases:
+            response = http.post(f"/v1/audio/jobs/{job['id']}/rerender", json=body)
+            assert response.status_code == status, (body, response.text)
+            assert error_of(response)["param"] == param, body
+        after = http.get(f"/v1/audio/jobs/{job['id']}").json()
+        running = http.post("/v1/audio/jobs", json={"input": "A long text. " * 300}).json()
+        refused = http.post(f"/v1/audio/jobs/{running['id']}/rerender", json={"chapters": [0]})
+        http.post(f"/v1/audio/jobs/{running['id']}/cancel")
+    assert (after["status"], after["version"], after["versions"]) == ("completed", 1, [])
+    assert refused.status_code == 409
+    assert error_of(refused)["code"] == "job_not_completed"
