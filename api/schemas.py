@@ -148,6 +148,9 @@ class RerenderBody(BaseModel):
                         Field(max_length=1000)] = Field(default_factory=list)
     segments: Annotated[list[SegmentRange], Field(max_length=1000)] = Field(
         default_factory=list)
+    # New text for chapters by index: each is planned again (its segments replaced).
+    inputs: Annotated[dict[Annotated[StrictStr, Field(pattern=r"^\d{1,4}$")], StrictStr],
+                      Field(max_length=100)] = Field(default_factory=dict)
     voice: Annotated[StrictStr, Field(min_length=1, max_length=128)] | None = None
     seed: StrictInt | None = None
     # None: as before; a list (empty too) replaces the lexicons for this part
@@ -156,9 +159,9 @@ class RerenderBody(BaseModel):
 
     @model_validator(mode="after")
     def _something(self) -> "RerenderBody":
-        if not self.chapters and not self.segments:
-            raise ValueError("give 'chapters' (indexes) or 'segments' ([{from, to}]) to "
-                             "re-render")
+        if not self.chapters and not self.segments and not self.inputs:
+            raise ValueError("give 'chapters' (indexes), 'segments' ([{from, to}]) or "
+                             "'inputs' (new text by chapter index) to re-render")
         return self
 
     @field_validator("segments")

@@ -19,6 +19,12 @@ class CoreSettings(DatabaseSettings, StorageSettings):
 
     model_config = SettingsConfigDict(env_prefix="NARRATOR_", extra="ignore")
 
+    # How a job's text is planned into segments: the planner on a worker, and the API when a
+    # re-render changes a chapter's text.
+    segment_chars: int = 400
+    sentence_gap_seconds: float = 0.25
+    paragraph_gap_seconds: float = 0.6
+    chapter_gap_seconds: float = 1.5
     broker_url: str = ""
     broker_poll_seconds: float = 0.01
     engine: str = "piper"

@@ -100,6 +100,13 @@ class MediaStore:
             data: bytes = self.fs.cat_file(self.path(key))
         return data
 
+    def move(self, source: str, target: str) -> None:
+        """Move `source` to `target` (a rename on a disk, a server-side copy on S3)."""
+        with _reaching("move", source):
+            if not self.is_s3:
+                self.fs.makedirs(posixpath.dirname(self.path(target)), exist_ok=True)
+            self.fs.mv(self.path(source), self.path(target))
+
     def exists(self, key: str) -> bool:
         """Say whether `key` exists."""
         with _reaching("look up", key):

@@ -84,3 +84,44 @@ def test_bad_rerenders_are_refused_and_change_nothing(local_stack: Stack) -> Non
     assert (after["status"], after["version"], after["versions"]) == ("completed", 1, [])
     assert refused.status_code == 409
     assert error_of(refused)["code"] == "job_not_completed"
+
+
+def test_a_chapter_given_new_text_is_planned_again_and_the_rest_is_moved_not_resynthesised(
+        local_stack: Stack, db: Engine) -> None:
+    longer = ("The boats came in late that morning.\n\nThe gulls were gone.\n\n"
+              "Nobody on the pier said a word about it.")
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json={
+            "chapters": CHAPTERS, "subtitles": ["vtt"], "response_format": "wav"}).json()["id"])
+        assert job["status"] == "completed", job
+        before = _segments(db, job["id"])
+        grown = http.post(f"/v1/audio/jobs/{job['id']}/rerender", json={"inputs": {"0": longer}})
+        assert grown.status_code == 202, grown.text
+        v2 = wait_job(http, job["id"])
+        assert v2["status"] == "completed", v2
+        grown_rows = _segments(db, job["id"])
+        vtt = http.get(v2["result"]["subtitles"]["vtt"]).text
+        two = http.get(v2["result"]["chapters"][1]["url"]).content
+        shrunk = http.post(f"/v1/audio/jobs/{job['id']}/rerender",
+                           json={"inputs": {"0": "Dawn."}})
+        assert shrunk.status_code == 202, shrunk.text
+        v3 = wait_job(http, job["id"])
+        assert v3["status"] == "completed", v3
+        manifest = http.get(v3["result"]["manifest_url"]).json()
+        first = http.get(v3["versions"][0]["url"]).content
+        original = http.get(http.get(f"/v1/audio/jobs/{job['id']}").json()["versions"][0]["url"])
+    # Chapter one became three segments: the others moved down by two, their parts with them
+    # (the assembly checks each part's samples: a part left behind would be synthesised
+    # again, and its attempts would show it).
+    assert [c for _, c, _ in grown_rows] == [0, 0, 0] + [c for _, c, _ in before[1:]]
+    assert [a for _, c, a in grown_rows if c > 0] == [a for _, c, a in before if c > 0]
+    assert "The gulls were gone." in vtt
+    assert "The boats came in at dawn." not in vtt
+    assert fruit_heard(two) == {"tomato"}
+    # Then one again: the rest moved back up, still not synthesised again.
+    assert [(s["chapter"], s["attempts"]) for s in manifest["segments"]] == \
+        [(0, 1)] + [(c, a) for _, c, a in before[1:]]
+    assert [v["version"] for v in v3["versions"]] == [1, 2]
+    assert first == original.content
+    assert v3["usage"]["input_characters"] == len("Dawn.") + sum(
+        len(c["input"]) for c in CHAPTERS[1:])

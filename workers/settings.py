@@ -9,10 +9,6 @@ class WorkerSettings(CoreSettings):
     """Settings only Celery workers read."""
 
     worker_queues: str = ""  # set by `narrator worker` (--queues); published in the registry
-    segment_chars: int = 400
-    sentence_gap_seconds: float = 0.25
-    paragraph_gap_seconds: float = 0.6
-    chapter_gap_seconds: float = 1.5
     segment_max_attempts: int = 3
     retry_backoff_seconds: float = 5.0  # a lost segment waits this, then 2x, 4x... (cap 600)
     assembly_max_attempts: int = 6  # storage unreachable this often: the job fails

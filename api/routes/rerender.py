@@ -2,8 +2,7 @@
 job again (with a new voice, seed or lexicons, if given), then assemble the book again as a
 new version; the parts that did not change are reused, and earlier versions stay."""
 
-import uuid
-from typing import Any, NamedTuple
+from typing import Any
 
 import anyio
 import structlog
@@ -11,12 +10,13 @@ from fastapi import APIRouter, Request
 from sqlalchemy import select, update
 
 from api.errors import ApiError, Json, bad_request, unavailable
+from api.replan import Part, replan
 from api.routes.jobs import _load, _render
 from api.routes.lexicons import named_lexicons
 from api.routes.voices import uploaded_voices
 from api.schemas import RerenderBody
 from api.state import OwnerDep, SessionDep, StateDep
-from api.validation import find_voice
+from api.validation import find_voice, text_field
 from core.keys import part_key
 from core.queues import SYNTHESIZE, model_queues
 from models import Job, JobStatus, Segment, SegmentStatus
@@ -24,15 +24,6 @@ from models.transitions import atransition
 
 router = APIRouter()
 log = structlog.get_logger()
-
-
-class Part(NamedTuple):
-    """A segment as a re-render sees it."""
-
-    id: uuid.UUID
-    number: int
-    chapter: int
-    overrides: dict[str, Any] | None
 
 
 def _conflict(message: str, code: str) -> ApiError:
@@ -59,37 +50,53 @@ async def rerender_job(job_id: str, body: RerenderBody, request: Request, state:
         if r.last >= len(rows):
             raise bad_request(f"segments: the job has {len(rows)} segments, numbered from 0; "
                               f"{r.first}-{r.last} goes past them", "segments", "invalid_value")
-    chosen = [r for r in rows if r.chapter in body.chapters
-              or any(g.first <= r.number <= g.last for g in body.segments)]
+    texts = {}
+    for key, value in body.inputs.items():
+        if int(key) >= chapters:
+            raise bad_request(f"inputs.{key}: the job has {chapters} chapter(s), numbered from "
+                              "0", f"inputs.{key}", "invalid_value")
+        texts[int(key)] = text_field(value, f"inputs.{key}", state.settings.job_max_chars)
+    chosen = [r for r in rows if r.chapter not in texts and (
+        r.chapter in body.chapters or any(g.first <= r.number <= g.last for g in body.segments))]
     changes = await _changes(body, job, state, session, owner)
     if not await anyio.to_thread.run_sync(state.store.exists, part_key(job.id, rows[0].number)):
         raise _conflict("this job's parts were not kept (KEEP_PARTS=false, or it completed "
                         "before re-rendering existed): submit it again", "parts_not_kept")
+    plan = await anyio.to_thread.run_sync(replan, rows, texts, state.settings,
+                                          job.options.get("language"))
     earlier = dict(job.versions or {}) | {str(job.version or 1): {
         "result": job.result, "completed_at": job.completed_at.isoformat()
         if job.completed_at else None}}
+    book = list(await session.scalar(select(Job.chapters).where(Job.id == job.id)) or [])
+    for n, text in texts.items():
+        book[n] = book[n] | {"input": text}
     moved = await atransition(
         session, job.id, [JobStatus.completed], JobStatus.in_progress,
-        detail={"rerender": len(chosen), "version": (job.version or 1) + 1},
+        detail={"rerender": len(chosen) + len(plan.new), "version": (job.version or 1) + 1},
         version=Job.version + 1, versions=earlier, completed_at=None, expires_at=None,
-        segments_done=Job.segments_done - len(chosen))
+        segments_done=len(rows) - len(plan.removed) - len(chosen),
+        segments_total=len(rows) - len(plan.removed) + len(plan.new), chapters=book,
+        input_characters=sum(len(c["input"]) for c in book))
     if moved is None:
         await session.rollback()
         raise _conflict("the job changed while it was being re-rendered", "job_not_completed")
+    await anyio.to_thread.run_sync(plan.move_parts, state.store, job.id)  # the job row is held
+    await plan.renumber(session, job.id)
     for row in chosen:  # earlier overrides stay unless this re-render changes them
         await session.execute(update(Segment).where(Segment.id == row.id).values(
             status=SegmentStatus.pending, error=None, worker=None,
             overrides=(row.overrides or {}) | changes or None))
+    fresh = await plan.insert(session, job.id, changes or None)
     await session.commit()
     try:
         queue = model_queues(job.model)[1]
-        for row in chosen:
-            state.celery.send_task(SYNTHESIZE, args=[str(row.id)], queue=queue)
+        for segment_id in [*(row.id for row in chosen), *fresh]:
+            state.celery.send_task(SYNTHESIZE, args=[str(segment_id)], queue=queue)
     except Exception as exc:
         raise unavailable(f"the re-render is recorded but the broker is unreachable ({exc}); "
                           "it resumes when it is back (the reaper re-sends forgotten work)"
                           ) from exc
-    log.info("job.rerender", job_id=str(job.id), segments=len(chosen))
+    log.info("job.rerender", job_id=str(job.id), segments=len(chosen) + len(fresh))
     await session.refresh(job)
     return Json(_render(job, request, state), status_code=202)
 
