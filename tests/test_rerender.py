@@ -60,6 +60,8 @@ def test_a_chapter_is_rendered_again_alone_and_both_versions_download(
     assert fruit_heard(v1_two) == {"tomato"}
     assert fruit_heard(v2_two) == {"banana"}
     assert len(versions) == 1
+    # Cues come from the words of the re-rendered segment too, read with its new lexicon.
+    assert {s["timing"] for s in manifest["segments"]} == {"aligned"}
 
 
 def test_bad_rerenders_are_refused_and_change_nothing(local_stack: Stack) -> None:

@@ -370,7 +370,8 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         kept = {s.index: words(s) for s in segments}
         words = lambda s: kept[s.index]  # noqa: E731
     cues, timing = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2],
-                                 words, reader_for(job.options, normalized))
+                                 words, lambda s: reader_for(job.options | (s.overrides or {}),
+                                                             normalized))
     subtitle_keys = {}
     for kind in job.options.get("subtitles") or []:
         if kind == "words":

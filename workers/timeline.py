@@ -152,7 +152,8 @@ def chapter_spans(job: Job, segments: list[Segment], timeline: Timeline) -> list
 
 
 def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
-                  words: Words | None = None, say: Reader | None = None
+                  words: Words | None = None,
+                  say: Callable[[Segment], Reader] | None = None
                   ) -> tuple[list[tuple[float, float, str]], list[str]]:
     """One cue per sentence (per clause where it is long: `clauses`), (start s, end s,
     text), and each segment's timing.
@@ -160,24 +161,28 @@ def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
     Each segment's span is exact, from the sample counts of its part. Inside a segment, a
     sentence runs from its first word's start to its last word's end where `words` has the
     segment's aligned words ("aligned"); written sentences map to spoken words by counting
-    the words of each one's spoken form (`say`, the job's reader, core.lexicon: by default
+    the words of each one's spoken form (`say(segment)`: its reader, core.lexicon, with the
+    job's lexicons or a re-render's; by default
     core.normalize.spoken), so cues show "3:45 p.m." where the aligner heard "three
     forty-five p m", and a lexicon's word as written where its alias was spoken. Otherwise
     ("estimated"), the span is shared among the sentences by their letters and digits, and
     the segment's last cue ends exactly where its audio ends.
     """
     cues, timing = [], []
-    say = say or (lambda text: spoken(text, language))
+    def plain(text: str) -> str:
+        return spoken(text, language)
+
+    readers = say or (lambda _: plain)
     for n, segment in enumerate(segments):
         start, samples = timeline.starts[n], segment.samples or 0
         parts = sentences(segment.text, language) or [segment.text]
         placed = words(segment) if words is not None else None
-        spans = _word_spans(parts, placed, say) if placed else None
+        spans = _word_spans(parts, placed, readers(segment)) if placed else None
         if spans is not None:
             timing.append("aligned")
             cues += [((start + a) / timeline.rate, (start + b) / timeline.rate, text)
                      for part, span in zip(parts, spans, strict=True)
-                     for text, (a, b) in _clause_spans(part, span, say)]
+                     for text, (a, b) in _clause_spans(part, span, readers(segment))]
             continue
         timing.append("estimated")
         pieces = [clause for part in parts for clause in clauses(part)]
