@@ -140,6 +140,24 @@ def audio_stats(data: bytes, fmt: str, rate: int | None = None) -> tuple[float, 
     return len(audio) / sample_rate, float(np.sqrt(np.mean(audio**2)))
 
 
+@contextmanager
+def registered(checkpoint: Path, worker: str, registry_url: str) -> Iterator[str]:
+    """Show the API a GPU worker serving `checkpoint` (the GPU is elsewhere); yield its
+    model id."""
+    from core.catalog import qwen3_model
+    from core.registry import RedisRegistry, WorkerRecord
+
+    registry = RedisRegistry(registry_url)
+    record = WorkerRecord(worker, "ready", ("batch",), (qwen3_model(str(checkpoint)),),
+                          time.time())
+    registry.publish(record)
+    time.sleep(2.1)  # the API caches the registry for two seconds
+    try:
+        yield record.models[0].id
+    finally:
+        registry.remove(record.id)
+
+
 TOMATO = "He put the tomato on the table."  # the lexicon tests say "tomato" as "banana"
 
 

@@ -1,6 +1,5 @@
 """Pronunciation lexicons: the matching rules, the API, and Piper speaking what they say."""
 
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -9,11 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from core.catalog import qwen3_model
 from core.lexicon import merged, reader
-from core.registry import RedisRegistry, WorkerRecord
 from tests.conftest import count_jobs, error_of, redis_url
-from tests.support import TOMATO, Stack, fruit_heard, wait_job
+from tests.support import TOMATO, Stack, fruit_heard, registered, wait_job
 
 AS_BANANA = [{"text": "tomato", "alias": "banana"}]
 AS_BANANA_IPA = [{"text": "Tomato", "ipa": "bənˈænə"}]  # Piper's phonemes for "banana"
@@ -140,13 +137,8 @@ def test_bad_lexicons_are_400_and_nothing_is_stored(local_stack: Stack, db: Engi
 @pytest.fixture(scope="module")
 def qwen_model(local_stack: Stack) -> Iterator[str]:
     """A GPU worker's Qwen3-TTS model, as the registry shows it (it takes no phonemes)."""
-    registry = RedisRegistry(redis_url(11))
-    record = WorkerRecord("gpu-lexicons:1", "ready", ("batch",), (qwen3_model(str(QWEN)),),
-                          time.time())
-    registry.publish(record)
-    time.sleep(2.1)  # the API caches the registry for two seconds
-    yield record.models[0].id
-    registry.remove(record.id)
+    with registered(QWEN, "gpu-lexicons:1", redis_url(11)) as model_id:
+        yield model_id
 
 
 def test_ipa_the_engine_cannot_speak_is_a_400(local_stack: Stack, db: Engine,

@@ -1,7 +1,6 @@
 """The voice library: upload a reference clip, list it, use it for a Base model, delete it."""
 
 import io
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,10 +8,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from core.catalog import qwen3_model
-from core.registry import RedisRegistry, WorkerRecord
 from tests.conftest import error_of, redis_url
-from tests.support import Stack
+from tests.support import Stack, registered
 
 BASE = Path(__file__).parent / "data" / "qwen3-tts-0.6b-base"
 MODEL_ID = "qwen3-tts-0.6b-base"
@@ -30,13 +27,8 @@ def clip(seconds: float, fmt: str = "WAV", amplitude: float = 0.3) -> bytes:
 @pytest.fixture(scope="module")
 def base_model(local_stack: Stack) -> Iterator[None]:
     """A GPU worker serving a Base checkpoint, as the registry shows it (the GPU is elsewhere)."""
-    registry = RedisRegistry(redis_url(11))
-    record = WorkerRecord("gpu-base:1", "ready", ("batch",), (qwen3_model(str(BASE)),),
-                          time.time())
-    registry.publish(record)
-    time.sleep(2.1)  # the API caches the registry for two seconds
-    yield
-    registry.remove(record.id)
+    with registered(BASE, "gpu-base:1", redis_url(11)):
+        yield
 
 
 def upload(stack: Stack, data: bytes, **fields: str) -> object:
