@@ -287,15 +287,30 @@ class Bench:
             t.start()
         if load:
             time.sleep(2.0)
-        samples = []
-        for i in range(self.args.ttfa_reps):
+
+        def probe(i: int, out: list[float]) -> None:
             request = SpeechRequest(text=TEXTS[i % 4], voice=self.voice, realtime=True,
                                     max_new_tokens=self.args.frames, request_id=f"ttfa-{i}")
             start = time.perf_counter()
             stream = self.engine.stream(request)
             next(stream)
-            samples.append(time.perf_counter() - start)
+            out.append(time.perf_counter() - start)
             collections.deque(stream, maxlen=0)  # drain the rest of the stream
+
+        samples: list[float] = []
+        gap = self.args.ttfa_gap if load else 0.0
+        if not gap:  # one after another, each drained before the next
+            for i in range(self.args.ttfa_reps):
+                probe(i, samples)
+        else:  # one every `gap` s whatever the others do: the probes fall at every phase of
+            # the batch's waves, its ends (where whole decodes queue in Code2Wav) included
+            probes = []
+            for i in range(self.args.ttfa_reps):
+                probes.append(threading.Thread(target=probe, args=(i, samples), daemon=True))
+                probes[-1].start()
+                time.sleep(gap)
+            for t in probes:
+                t.join()
         stop.set()
         return samples
 
@@ -319,6 +334,9 @@ def main() -> None:
                         help="requests per slot: >1 measures steady flow, not one lockstep batch")
     parser.add_argument("--ttfa-reps", type=int, default=5)
     parser.add_argument("--ttfa-load", type=int, default=32)
+    parser.add_argument("--ttfa-gap", type=float, default=0.8,
+                        help="seconds between first-audio probes under load, each in its own "
+                             "thread (0: one after another, each drained first, as before)")
     parser.add_argument("--deploy-config", default="",
                         help="a deploy YAML; 'default': vLLM-Omni's own; empty: Narrator's")
     parser.add_argument("--whole", action="store_true",

@@ -3,10 +3,12 @@
 # that they outlive one device call (10 minutes at most); later calls wait and collect logs.
 #
 #   bash bench/gpu_run.sh start PART MODEL [gpu_product args]   # unpack, start, then wait
-#     RAW_CONFIGS="a.yaml b.yaml+--whole": then raw AsyncOmni at 64 under each deploy config
+#     RAW_CONFIGS="a.yaml b.yaml+--whole": first, raw AsyncOmni at 64 under each deploy config
 #       ('default': vLLM-Omni's own), with the extra bench.gpu_engine flags after a +
 #     TEST=0: skip the gpu-marked test
 #     PRODUCT=0: skip bench.gpu_product (raw runs and the test only)
+#     PICK=1: the product and the test then run under the config that
+#       bench.pick_config picks from them (its docstring says how)
 #   bash bench/gpu_run.sh wait                                   # wait, copy logs to $OUT
 #
 # `start` needs the RECIPE's dev_setup.sh and dev_build.sh done first (/tmp/site, MODEL).
@@ -33,6 +35,20 @@ step() {  # run in a process group of its own, then kill what is left (engine st
 }
 python3 -c 'import scipy.signal' 2>/dev/null || {
   export NARRATOR_LOUDNESS_LUFS=0; echo "no scipy: loudness off" >> $LOGS/product.log; }
+for entry in $RAW_CONFIGS; do  # raw AsyncOmni at 64 in flight under other deploy configs
+  config=${entry%%+*}; extra=""; [ "$config" != "$entry" ] && extra=${entry#*+}
+  name=$(basename "$config" .yaml)${extra//[- ]/_}
+  step python3 -m bench.gpu_engine --model $MODEL --paths raw --concurrency 64 --frames 250 \
+    --reps 1 --waves 6 --ttfa-reps ${TTFA_REPS:-5} --ttfa-load 64 --deploy-config "$config" --label "raw_$name" $extra \
+    > $LOGS/raw_$name.log 2>&1
+  echo "raw $name rc=$? config=$config" >> $LOGS/raws
+done
+if [ "$PICK" = 1 ] && [ -n "$RAW_CONFIGS" ]; then  # the product and the test run under it
+  picked=$(python3 -m bench.pick_config $LOGS/raws) && {
+    export NARRATOR_VLLM_DEPLOY_CONFIG=/tmp/nrepo/$picked
+    ARGS="$ARGS --env NARRATOR_VLLM_DEPLOY_CONFIG=$NARRATOR_VLLM_DEPLOY_CONFIG"
+    echo "picked $picked" >> $LOGS/raws; }
+fi
 if [ "$PRODUCT" = 1 ]; then
   step python3 -m bench.gpu_product --model $MODEL --redis-server /tmp/redis-run $ARGS \
     >> $LOGS/product.log 2>&1
@@ -40,14 +56,6 @@ if [ "$PRODUCT" = 1 ]; then
 else
   echo "product rc=skipped" >> $LOGS/done
 fi
-for entry in $RAW_CONFIGS; do  # raw AsyncOmni at 64 in flight under other deploy configs
-  config=${entry%%+*}; extra=""; [ "$config" != "$entry" ] && extra=${entry#*+}
-  name=$(basename "$config" .yaml)${extra//[- ]/_}
-  step python3 -m bench.gpu_engine --model $MODEL --paths raw --concurrency 64 --frames 250 \
-    --reps 1 --waves 6 --ttfa-reps ${TTFA_REPS:-5} --ttfa-load 64 --deploy-config "$config" --label "raw_$name" $extra \
-    > $LOGS/raw_$name.log 2>&1
-  echo "raw $name rc=$?" >> $LOGS/raws
-done
 if [ "$TEST" = 1 ]; then
   export NARRATOR_TEST_GPU_MODEL=$MODEL
   step python3 -m pytest -m gpu tests/test_gpu_engine.py -p no:cacheprovider -o addopts="" -v \
@@ -58,7 +66,7 @@ else
 fi
 JOB
     MODEL=$MODEL LOGS=$LOGS ARGS="$*" RAW_CONFIGS="${RAW_CONFIGS:-}" TEST="${TEST:-1}" \
-      PRODUCT="${PRODUCT:-1}" TTFA_REPS="${TTFA_REPS:-5}" \
+      PRODUCT="${PRODUCT:-1}" PICK="${PICK:-0}" TTFA_REPS="${TTFA_REPS:-5}" \
       setsid nohup bash /tmp/gpu_run_job.sh > "$LOGS/job.out" \
       2>&1 < /dev/null &
     exec bash "$0" wait ;;

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import copy
 import itertools
+import json
 import os
 import queue
 import threading
@@ -24,6 +25,7 @@ import structlog
 from core.catalog import ModelInfo, Qwen3Config
 from workers.engines import Audio, SpeechRequest, drain, slots_for
 from workers.engines.qwen3_handoff import WHOLE
+from workers.engines.qwen3_stage1 import REALTIME_TAG
 from workers.engines.qwen3_tts import (
     AudioCollector,
     OutputKind,
@@ -34,6 +36,7 @@ from workers.engines.qwen3_tts import (
 log = structlog.get_logger()
 REALTIME_PRIORITY, BATCH_PRIORITY = 0, 10  # vLLM serves lower values first
 DEPLOY_DIR = Path(__file__).parent / "deploy"
+STAGE1_SCHEDULER = "workers.engines.qwen3_stage1.RealtimeFirstScheduler"
 OmniFactory = Callable[[], Any]
 PromptLength = Callable[[dict[str, list[Any]]], int]
 References = Callable[[str], Reference | None]
@@ -80,8 +83,9 @@ class VllmOmniEngine:
             from vllm_omni import AsyncOmni
 
             kwargs: dict[str, Any] = {"stage_init_timeout": timeout}
-            if deploy_config:
+            if deploy_config:  # Narrator's: Code2Wav serves realtime audio first
                 kwargs["deploy_config"] = deploy_config
+                kwargs["stage_overrides"] = json.dumps({"1": {"scheduler_cls": STAGE1_SCHEDULER}})
             return AsyncOmni(model=str(self.config.path), **kwargs)
 
         return create
@@ -149,9 +153,11 @@ class VllmOmniEngine:
     async def _run(self, request: SpeechRequest, reference: Reference | None, kind: OutputKind,
                    on_chunk: Callable[[Audio], None] | None) -> Audio:
         # Every piece of per-request state lives here, keyed by this unique request id.
-        request_id = f"{request.request_id or 'req'}-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
-        collector = AudioCollector(kind)
         priority = REALTIME_PRIORITY if request.realtime or not self.priority else BATCH_PRIORITY
+        request_id = f"{request.request_id or 'req'}-{next(self._ids)}-{uuid.uuid4().hex[:8]}"
+        if priority == REALTIME_PRIORITY:  # Code2Wav's scheduler reads the tag (qwen3_stage1)
+            request_id = f"{REALTIME_TAG}-{request_id}"
+        collector = AudioCollector(kind)
         async for output in self._omni.generate(
             self._prompt(request, reference, kind), request_id=request_id,
             sampling_params_list=self._params(request, kind), priority=priority,

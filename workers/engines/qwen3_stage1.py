@@ -1,0 +1,135 @@
+"""Code2Wav (stage 1) scheduling for Narrator's deploy config: realtime audio first.
+
+vLLM-Omni 0.26 schedules Code2Wav's requests first come, first served, and carries no
+priority into stage 1. When a wave of job segments ends together, their whole answers
+(workers/engines/qwen3_handoff.py) reach Code2Wav in one burst: each step then admits as
+many as its token budget holds (65,536 tokens: about 16 segments of 250 frames, decoded one
+after another at about 34 ms each on an H100), and a streamed request's first chunk, queued
+behind them, waited 1-2.8 s (bench/results/gpu_engine_h100_1.7b_s7_*: the slowest first
+audio of 12 probes spread over a wave's phases).
+
+`RealtimeFirstScheduler` is vLLM-Omni's own generation scheduler with two changes, made to
+its queues right after it has taken in the chunks that arrived (and so before it admits any
+request for the step):
+- realtime requests (sync speech and streams; the adapter tags their ids with
+  `REALTIME_TAG`) go before batch requests, in the running list and in the waiting queue;
+- the batch requests' ready tokens admitted in one step are capped at `BATCH_TOKENS` (two
+  segments of 250 frames), so a step stays short and a realtime chunk that arrives during it
+  waits for little; the first batch request of a step always goes, and one that would not
+  fit the step's whole budget waits for the next step instead of being split across steps.
+Held requests go back to the front of the waiting queue, in order, when the step is built.
+
+The adapter names this class as stage 1's `scheduler_cls` (vLLM-Omni's `stage_overrides`)
+when it runs Narrator's deploy config. It is imported in Code2Wav's stage process, which has
+vLLM-Omni; the ordering itself (`plan_step`) is plain Python, tested on the CPU.
+"""
+
+from collections.abc import Callable, Iterable, MutableSequence
+from typing import Any
+
+REALTIME_TAG = "narrator-rt"
+BATCH_TOKENS = 8192  # Code2Wav tokens: 16 codebooks per frame, so two 250-frame segments
+
+
+def realtime(request: Any) -> bool:
+    """Say whether a stage-1 request belongs to a realtime (sync or streamed) answer."""
+    ids = (getattr(request, "external_req_id", None), getattr(request, "request_id", None))
+    return any(isinstance(value, str) and REALTIME_TAG in value for value in ids)
+
+
+def pending(request: Any) -> int:
+    """Return the tokens a request has ready for Code2Wav and not yet decoded."""
+    return max(0, len(request.prompt_token_ids or ()) - int(request.num_computed_tokens))
+
+
+def plan_step(waiting: Iterable[Any], running: MutableSequence[Any], budget: int,
+              batch_tokens: int = BATCH_TOKENS) -> tuple[list[Any], list[Any]]:
+    """Order one step's requests: return (waiting to keep, in order; waiting to hold).
+
+    `running` is sorted in place, realtime first (stable). Batch requests with ready tokens
+    beyond `batch_tokens` for the step, or beyond what is left of `budget`, are held; the
+    first batch request of a step always goes unless it would not fit the budget and
+    something else is scheduled (then it waits a step rather than being split).
+    """
+    running_list = list(running)
+    running_list.sort(key=lambda r: not realtime(r))
+    running[:] = running_list
+    used = sum(pending(r) for r in running_list)
+    batch_used = sum(pending(r) for r in running_list if not realtime(r))
+    queue = sorted(waiting, key=lambda r: not realtime(r))
+    keep: list[Any] = []
+    held: list[Any] = []
+    for request in queue:
+        tokens = pending(request)
+        if realtime(request) or tokens == 0:
+            used += tokens
+            keep.append(request)
+            continue
+        fits = used + tokens <= budget or used == 0
+        if fits and (batch_used == 0 or batch_used + tokens <= batch_tokens):
+            used += tokens
+            batch_used += tokens
+            keep.append(request)
+        else:
+            held.append(request)
+    return keep, held
+
+
+def _build() -> type:
+    from vllm.logger import init_logger
+    from vllm_omni.core.sched.omni_generation_scheduler import OmniGenerationScheduler
+
+    log = init_logger("narrator.code2wav")
+
+    class RealtimeFirstScheduler(OmniGenerationScheduler):  # type: ignore[misc]
+        """vLLM-Omni's generation scheduler, realtime first (see the module's docstring)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._narrator_held: list[Any] = []
+            self._narrator_failed = False
+            adapter = self.chunk_transfer_adapter
+            if adapter is not None:
+                adapter.process_pending_chunks = self._after_chunks(
+                    adapter.process_pending_chunks)
+            log.info("narrator code2wav scheduler: realtime first %s, batch tokens %d",
+                     adapter is not None, BATCH_TOKENS)
+
+        def _after_chunks(self, original: Callable[..., None]) -> Callable[..., None]:
+            def wrapped(waiting: Any, running: Any, **kwargs: Any) -> None:
+                original(waiting, running, **kwargs)
+                if self._narrator_failed:
+                    return
+                try:
+                    keep, held = plan_step(waiting, running, self.max_num_scheduled_tokens)
+                    if held or [id(r) for r in keep] != [id(r) for r in waiting]:
+                        waiting.clear()  # FCFS: a deque of requests
+                        waiting.extend(keep)
+                    self._narrator_held = held
+                except Exception:  # never stop Code2Wav: fall back to vLLM-Omni's order
+                    self._narrator_failed = True
+                    log.exception("narrator code2wav scheduler failed: vLLM-Omni's order")
+            return wrapped
+
+        def schedule(self, throttle_prefills: bool = False) -> Any:
+            try:
+                return super().schedule(throttle_prefills)
+            finally:
+                held, self._narrator_held = self._narrator_held, []
+                for request in reversed(held):
+                    if request.request_id in self.requests:
+                        self.waiting.prepend_request(request)
+
+    return RealtimeFirstScheduler
+
+
+_built: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> type:
+    """Build `RealtimeFirstScheduler` on first use (vLLM imports it by its dotted name)."""
+    if name != "RealtimeFirstScheduler":
+        raise AttributeError(name)
+    if name not in _built:
+        _built[name] = _build()
+    return _built[name]
