@@ -184,6 +184,10 @@ def worker(
     celery_app.worker_main(argv)
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @cli.command()
 def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
     """Run everything in one command: migrate, a worker and the API (embedded defaults)."""
@@ -195,6 +199,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
                               "--loglevel", "WARNING"],
                              env=os.environ.copy())
     typer.echo(f"Narrator on http://{host}:{port} (worker pid {child.pid}); Ctrl-C stops it")
+    # uvicorn shuts down on SIGTERM (docker stop, systemd, kill) and then raises the signal
+    # again under the handler it found: SIGTERM's default would end this process before the
+    # `finally` below, leaving the worker running. Exit through the `finally` instead.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         api(host=host, port=port, workers=1)
     finally:
