@@ -11,6 +11,7 @@ from api.enqueue import Planner
 from api.limits import RateLimiter
 from api.observability import Observability
 from api.routes import (
+    batch,
     catalog,
     health,
     jobs,
@@ -55,8 +56,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app = FastAPI(title="Narrator", version="0.1.0", lifespan=lifespan,
                   default_response_class=errors.Json)
     errors.install(app)
-    for router in (speech.router, jobs.router, rerender.router, voices.router, lexicons.router,
-                   catalog.router, health.router, metrics.router, web.router):
+    for router in (speech.router, batch.router, jobs.router, rerender.router, voices.router,
+                   lexicons.router, catalog.router, health.router, metrics.router, web.router):
         app.include_router(router)
     app.mount("/web", web.assets, name="web")
     app.add_middleware(Observability)

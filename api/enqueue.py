@@ -35,6 +35,15 @@ class Planner:
             asyncio.get_running_loop().create_task(self._drain())
         await done
 
+    async def plan_all(self, job_ids: list[str]) -> None:
+        """Publish the plan tasks of many jobs at once (a batch submit): MAX_BATCH per
+        message, in one thread; raise what publishing raised."""
+        def publish() -> None:
+            for start in range(0, len(job_ids), MAX_BATCH):
+                self._publish(job_ids[start:start + MAX_BATCH])
+
+        await anyio.to_thread.run_sync(publish)
+
     async def _drain(self) -> None:
         try:
             while self._waiting:

@@ -61,12 +61,13 @@ class RateLimiter:
 
 
 async def check_job_caps(session: AsyncSession, owner: str, chars: int, max_active: int,
-                         max_chars_per_day: int) -> None:
-    """Raise a 429 if a new job of `chars` characters would pass the key's caps."""
+                         max_chars_per_day: int, jobs: int = 1) -> None:
+    """Raise a 429 if `jobs` new jobs of `chars` characters in all would pass the key's
+    caps."""
     if max_active:
         active = await session.scalar(select(func.count()).select_from(Job).where(
             Job.owner == owner, Job.status.in_(ACTIVE)))
-        if (active or 0) >= max_active:
+        if (active or 0) + jobs > max_active:
             raise too_many(f"this key already has {active} jobs queued or in progress "
                            f"(limit {max_active}); wait for one to finish",
                            "too_many_active_jobs", 30)

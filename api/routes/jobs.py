@@ -2,6 +2,7 @@
 
 import hashlib
 import uuid
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, cast
 
 import anyio
@@ -25,6 +26,7 @@ from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve
 from core import ids
 from core.cast import voice_for
+from core.catalog import ModelInfo
 from core.formats import CONTENT_TYPES
 from core.keys import cover_key, job_prefix, result_store
 from core.queues import ASSEMBLE, BATCH, NOTIFY, SYNTHESIZE, assembly_queue, model_queues
@@ -80,8 +82,8 @@ _READ = select(*(prop.columns[0].label(prop.key) for prop in sa_inspect(Job).col
     Job.id == bindparam("id"), Job.owner == bindparam("owner"), Job.deleted_at.is_(None))
 
 
-_INSERT = insert(cast(Table, Job.__table__))
-_COLUMN_KEYS = {prop.key: prop.columns[0].key for prop in sa_inspect(Job).column_attrs}
+INSERT_JOB = insert(cast(Table, Job.__table__))
+COLUMN_KEYS = {prop.key: prop.columns[0].key for prop in sa_inspect(Job).column_attrs}
 
 
 async def _read(state: State, job_id: str, owner: str) -> Job:
@@ -96,38 +98,41 @@ async def _read(state: State, job_id: str, owner: str) -> Job:
     return cast(Job, row)
 
 
-@router.post("/v1/audio/jobs", status_code=202, openapi_extra={"requestBody": {
-    "required": True, "content": {
-        "application/json": {"schema": JobBody.model_json_schema()},
-        "multipart/form-data": {"schema": job_input.MULTIPART}}}})
-async def create_job(request: Request, state: StateDep, session: SessionDep,
-                     owner: OwnerDep,
-                     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
-                     ) -> Json:
-    """Create a job (JSON, or an EPUB upload), commit it, then enqueue its plan."""
-    parsed = await job_input.job_body(request, state.settings.max_body_bytes)
-    body, cover = parsed.body, parsed.cover
-    models = await state.catalogue.models()
-    own = await uploaded_voices(session, owner, models)
-    model, voice = resolve(body, models, own)
-    chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
-    voices = job_input.cast(body, chapters, model, own)
-    output_url = job_input.check_output_url(body.output_url, state.settings.output_prefixes)
-    lexicons, lexicon = await named_lexicons(session, owner, body.lexicons, model)
-    cover_kind = await anyio.to_thread.run_sync(job_input.check_cover, cover) if cover else None
-    await job_input.check_webhook_url(body.webhook_url, state.settings.outbound_allow)
-    digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),
-                                         option=orjson.OPT_SORT_KEYS)
-                            + parsed.upload_digest + (cover or b"")).hexdigest()
-    if idempotency_key:
-        existing = await session.scalar(
-            select(Job).options(defer(Job.chapters, raiseload=True))
-            .where(Job.owner == owner, Job.idempotency_key == idempotency_key))
-        if existing is not None:
-            return _replay(existing, digest, request, state)
-    characters = sum(len(c["input"]) for c in chapters)
-    await check_job_caps(session, owner, characters, state.settings.max_active_jobs_per_key,
-                         state.settings.max_chars_per_day_per_key)
+@dataclass
+class Shared:
+    """What every job body of one request is checked against, loaded once per request."""
+
+    state: State
+    session: Any
+    owner: str
+    models: tuple[ModelInfo, ...]
+    own: Any
+    lexicons: dict[tuple[str, tuple[str, ...]], tuple[list[str], list[dict[str, Any]]]] = \
+        field(default_factory=dict)
+    webhooks: set[str] = field(default_factory=set)
+
+    @classmethod
+    async def load(cls, state: State, session: Any, owner: str) -> "Shared":
+        models = await state.catalogue.models()
+        return cls(state, session, owner, models, await uploaded_voices(session, owner, models))
+
+
+async def job_values(body: JobBody, shared: Shared, idempotency_key: str | None, digest: str,
+                  cover_kind: str | None) -> dict[str, Any]:
+    """Check one job body (a 400 for what is wrong) and return its row, not yet stored."""
+    settings = shared.state.settings
+    model, voice = resolve(body, shared.models, shared.own)
+    chapters = job_input.chapters(body, settings.job_max_chars, settings.max_chapters)
+    voices = job_input.cast(body, chapters, model, shared.own)
+    output_url = job_input.check_output_url(body.output_url, settings.output_prefixes)
+    refs = (model.id, tuple(body.lexicons))
+    if refs not in shared.lexicons:
+        shared.lexicons[refs] = await named_lexicons(shared.session, shared.owner,
+                                                     body.lexicons, model)
+    lexicons, lexicon = shared.lexicons[refs]
+    if body.webhook_url is not None and body.webhook_url not in shared.webhooks:
+        await job_input.check_webhook_url(body.webhook_url, settings.outbound_allow)
+        shared.webhooks.add(body.webhook_url)
     options = {k: v for k, v in body.extras().items()} | {"subtitles": body.subtitles} | (
         {"verify": body.verify} if body.verify != "off" else {}) | (
         {"lexicons": lexicons, "lexicon": lexicon} if lexicons else {})
@@ -140,20 +145,49 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     if cover_kind is not None:
         options["cover"] = cover_key(key, cover_kind)
     now = utcnow()
-    values: dict[str, Any] = {
-        "id": key, "owner": owner, "status": JobStatus.queued, "model": model.id,
+    return {
+        "id": key, "owner": shared.owner, "status": JobStatus.queued, "model": model.id,
         "voice": voice.id, "response_format": body.response_format, "speed": body.speed,
         "options": options, "chapters": chapters, "output_url": output_url,
         "webhook_url": body.webhook_url, "meta": body.metadata,
         "idempotency_key": idempotency_key, "request_hash": digest,
-        "input_characters": characters, "segments_total": 0, "segments_done": 0,
-        "segments_failed": 0, "chars_done": 0, "audio_seconds": 0.0, "created_at": now,
-        "updated_at": now}
+        "input_characters": sum(len(c["input"]) for c in chapters), "segments_total": 0,
+        "segments_done": 0, "segments_failed": 0, "chars_done": 0, "audio_seconds": 0.0,
+        "created_at": now, "updated_at": now}
+
+
+@router.post("/v1/audio/jobs", status_code=202, openapi_extra={"requestBody": {
+    "required": True, "content": {
+        "application/json": {"schema": JobBody.model_json_schema()},
+        "multipart/form-data": {"schema": job_input.MULTIPART}}}})
+async def create_job(request: Request, state: StateDep, session: SessionDep,
+                     owner: OwnerDep,
+                     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+                     ) -> Json:
+    """Create a job (JSON, or an EPUB upload), commit it, then enqueue its plan."""
+    parsed = await job_input.job_body(request, state.settings.max_body_bytes)
+    body, cover = parsed.body, parsed.cover
+    shared = await Shared.load(state, session, owner)
+    cover_kind = await anyio.to_thread.run_sync(job_input.check_cover, cover) if cover else None
+    digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),
+                                         option=orjson.OPT_SORT_KEYS)
+                            + parsed.upload_digest + (cover or b"")).hexdigest()
+    values = await job_values(body, shared, idempotency_key, digest, cover_kind)
+    if idempotency_key:
+        existing = await session.scalar(
+            select(Job).options(defer(Job.chapters, raiseload=True))
+            .where(Job.owner == owner, Job.idempotency_key == idempotency_key))
+        if existing is not None:
+            return _replay(existing, digest, request, state)
+    await check_job_caps(session, owner, values["input_characters"],
+                         state.settings.max_active_jobs_per_key,
+                         state.settings.max_chars_per_day_per_key)
+    options = values["options"]
     job = Job(**values)  # rendered below
-    row = {_COLUMN_KEYS[key]: value for key, value in values.items()}
+    row = {COLUMN_KEYS[key]: value for key, value in values.items()}
     try:  # one INSERT in autocommit: no unit of work, no BEGIN and COMMIT round trips
         async with state.autocommit.connect() as connection:
-            await connection.execute(_INSERT, row)
+            await connection.execute(INSERT_JOB, row)
     except IntegrityError:
         existing = await session.scalar(select(Job).where(
             Job.owner == owner, Job.idempotency_key == idempotency_key))
