@@ -95,11 +95,12 @@ async def _raw(request: Request, max_bytes: int) -> bytes:
             raise bad_request("file: upload the jobs as a JSONL 'file'", "file", "invalid_value")
         data = await upload.read(max_bytes + 1)
     else:
-        data = b""
+        buffer = bytearray()
         async for chunk in request.stream():
-            data += chunk
-            if len(data) > max_bytes:
+            buffer += chunk
+            if len(buffer) > max_bytes:
                 break
+        data = bytes(buffer)
     if len(data) > max_bytes:
         raise ApiError(413, f"the batch is over {max_bytes} bytes", code="body_too_large")
     return data
