@@ -18,6 +18,7 @@ from core.catalog import Qwen3Config, qwen3_model
 from tests.doubles.omni import SCALE, FakeOmni, FakeTensor, SlowOmni, output
 from workers.engines import SpeechRequest
 from workers.engines.qwen3_handoff import WHOLE, codebook_major, marked_whole
+from workers.engines.qwen3_stage1 import realtime
 from workers.engines.qwen3_tts import (
     AudioCollector,
     OutputKind,
@@ -124,6 +125,7 @@ def test_stream_yields_chunks_as_they_come(config: Qwen3Config) -> None:
     assert [len(c) for c in chunks] == [250, 250, 200]
     assert fake.calls[0]["params"][0].output_kind is OutputKind.DELTA
     assert fake.calls[0]["priority"] == REALTIME_PRIORITY
+    assert realtime(SimpleNamespace(request_id=fake.calls[0]["request_id"]))  # Code2Wav's order
 
 
 def test_params_carry_seed_tokens_and_priority(config: Qwen3Config) -> None:
@@ -134,6 +136,7 @@ def test_params_carry_seed_tokens_and_priority(config: Qwen3Config) -> None:
     assert talker.seed == 7
     assert talker.extra_args == {"tts_local_seed": 7}
     assert fake.calls[0]["priority"] == BATCH_PRIORITY
+    assert not realtime(SimpleNamespace(request_id=fake.calls[0]["request_id"]))
     assert fake.default_sampling_params_list[0].seed is None  # defaults untouched
     prompt = fake.calls[0]["prompt"]
     assert prompt["prompt_token_ids"] == [1] * 11

@@ -118,7 +118,7 @@ class Shared:
 
 
 async def job_values(body: JobBody, shared: Shared, idempotency_key: str | None, digest: str,
-                  cover_kind: str | None) -> dict[str, Any]:
+                     cover_kind: str | None) -> dict[str, Any]:
     """Check one job body (a 400 for what is wrong) and return its row, not yet stored."""
     settings = shared.state.settings
     model, voice = resolve(body, shared.models, shared.own)
