@@ -270,7 +270,7 @@ class Bench:
                 raise TimeoutError(f"worker finished {done} of {n} segments")
             time.sleep(0.02)
 
-    def ttfa(self, load: int) -> list[float]:
+    def ttfa(self, load: int, reps: int) -> list[float]:
         """Time to the first streamed chunk of realtime requests, with `load` batch requests."""
         from workers.engines import SpeechRequest
 
@@ -300,12 +300,12 @@ class Bench:
         samples: list[float] = []
         gap = self.args.ttfa_gap if load else 0.0
         if not gap:  # one after another, each drained before the next
-            for i in range(self.args.ttfa_reps):
+            for i in range(reps):
                 probe(i, samples)
         else:  # one every `gap` s whatever the others do: the probes fall at every phase of
             # the batch's waves, its ends (where whole decodes queue in Code2Wav) included
             probes = []
-            for i in range(self.args.ttfa_reps):
+            for i in range(reps):
                 probes.append(threading.Thread(target=probe, args=(i, samples), daemon=True))
                 probes[-1].start()
                 time.sleep(gap)
@@ -332,7 +332,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--waves", type=int, default=1,
                         help="requests per slot: >1 measures steady flow, not one lockstep batch")
-    parser.add_argument("--ttfa-reps", type=int, default=5)
+    parser.add_argument("--ttfa-reps", type=int, default=5,
+                        help="first-audio probes under load (alone: at most 5)")
     parser.add_argument("--ttfa-load", type=int, default=32)
     parser.add_argument("--ttfa-gap", type=float, default=0.8,
                         help="seconds between first-audio probes under load, each in its own "
@@ -342,6 +343,8 @@ def main() -> None:
     parser.add_argument("--whole", action="store_true",
                         help="raw requests carry the whole-answer mark (Narrator's hand-off)")
     parser.add_argument("--label", default="default")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set for the engine and its stage processes (repeatable)")
     parser.add_argument("--start-only", action="store_true",
                         help="start the engine, report how long it took, and exit")
     args = parser.parse_args()
@@ -351,6 +354,7 @@ def main() -> None:
                    "NARRATOR_VLLM_MAX_IN_FLIGHT": str(max(args.concurrency))}
     if args.deploy_config:
         os.environ["NARRATOR_VLLM_DEPLOY_CONFIG"] = args.deploy_config
+    os.environ |= dict(item.split("=", 1) for item in args.env)
     from core.logs import configure
 
     configure("WARNING", json=True)
@@ -394,8 +398,9 @@ def main() -> None:
         measure(args.process_paths, "_proc")
     paths = args.paths + [p + "_proc" for p in args.process_paths]
     args.frames = frames_list[0]
-    ttfa_idle = bench.ttfa(0) if args.ttfa_reps else []
-    ttfa_load = bench.ttfa(args.ttfa_load) if args.ttfa_load and args.ttfa_reps else []
+    ttfa_idle = bench.ttfa(0, min(args.ttfa_reps, 5)) if args.ttfa_reps else []
+    ttfa_load = (bench.ttfa(args.ttfa_load, args.ttfa_reps)
+                 if args.ttfa_load and args.ttfa_reps else [])
     emit({"tag": "ttfa", "idle_ms": [round(t * 1000, 1) for t in ttfa_idle],
           "under_load_ms": [round(t * 1000, 1) for t in ttfa_load], "load": args.ttfa_load})
 

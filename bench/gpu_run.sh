@@ -3,8 +3,11 @@
 # that they outlive one device call (10 minutes at most); later calls wait and collect logs.
 #
 #   bash bench/gpu_run.sh start PART MODEL [gpu_product args]   # unpack, start, then wait
-#     RAW_CONFIGS="a.yaml b.yaml+--whole": first, raw AsyncOmni at 64 under each deploy config
-#       ('default': vLLM-Omni's own), with the extra bench.gpu_engine flags after a +
+#     RAW_CONFIGS="a.yaml b.yaml+--whole+--env+K=V": first, raw AsyncOmni at 64 under each
+#       deploy config ('default': vLLM-Omni's own), with the extra bench.gpu_engine flags
+#       after a + (each + becomes a space)
+#     TRACE=1: trace the engine (NARRATOR_ENGINE_TRACE) in every run; bench.engine_trace's
+#       table of where first audio goes is written beside each trace (trace_*.txt)
 #     TEST=0: skip the gpu-marked test
 #     PRODUCT=0: skip bench.gpu_product (raw runs and the test only)
 #     PICK=1: the product and the test then run under the config that
@@ -35,13 +38,21 @@ step() {  # run in a process group of its own, then kill what is left (engine st
 }
 python3 -c 'import scipy.signal' 2>/dev/null || {
   export NARRATOR_LOUDNESS_LUFS=0; echo "no scipy: loudness off" >> $LOGS/product.log; }
+traced() {  # $1: the run's name; prints the --env flag that traces it
+  [ "$TRACE" = 1 ] && echo "--env NARRATOR_ENGINE_TRACE=$LOGS/trace_$1.jsonl"
+}
+trace_table() {
+  [ -f $LOGS/trace_$1.jsonl ] && python3 -m bench.engine_trace $LOGS/trace_$1.jsonl \
+    > $LOGS/trace_$1.txt 2>&1
+}
 for entry in $RAW_CONFIGS; do  # raw AsyncOmni at 64 in flight under other deploy configs
   config=${entry%%+*}; extra=""; [ "$config" != "$entry" ] && extra=${entry#*+}
-  name=$(basename "$config" .yaml)${extra//[- ]/_}
+  extra=${extra//+/ }; name=$(basename "$config" .yaml)$(echo "$extra" | tr -c 'A-Za-z0-9\n' _)
   step python3 -m bench.gpu_engine --model $MODEL --paths raw --concurrency 64 --frames 250 \
-    --reps 1 --waves 6 --ttfa-reps ${TTFA_REPS:-5} --ttfa-load 64 --deploy-config "$config" --label "raw_$name" $extra \
-    > $LOGS/raw_$name.log 2>&1
+    --reps 1 --waves 6 --ttfa-reps ${TTFA_REPS:-5} --ttfa-load 64 --deploy-config "$config" \
+    --label "raw_$name" $extra $(traced "raw_$name") > $LOGS/raw_$name.log 2>&1
   echo "raw $name rc=$? config=$config" >> $LOGS/raws
+  trace_table "raw_$name"
 done
 if [ "$PICK" = 1 ] && [ -n "$RAW_CONFIGS" ]; then  # the product and the test run under it
   picked=$(python3 -m bench.pick_config $LOGS/raws) && {
@@ -51,8 +62,9 @@ if [ "$PICK" = 1 ] && [ -n "$RAW_CONFIGS" ]; then  # the product and the test ru
 fi
 if [ "$PRODUCT" = 1 ]; then
   step python3 -m bench.gpu_product --model $MODEL --redis-server /tmp/redis-run $ARGS \
-    >> $LOGS/product.log 2>&1
+    $(traced product) >> $LOGS/product.log 2>&1
   echo "product rc=$?" >> $LOGS/done
+  trace_table product
 else
   echo "product rc=skipped" >> $LOGS/done
 fi
@@ -66,6 +78,7 @@ else
 fi
 JOB
     MODEL=$MODEL LOGS=$LOGS ARGS="$*" RAW_CONFIGS="${RAW_CONFIGS:-}" TEST="${TEST:-1}" \
+      TRACE="${TRACE:-0}" \
       PRODUCT="${PRODUCT:-1}" PICK="${PICK:-0}" TTFA_REPS="${TTFA_REPS:-5}" \
       setsid nohup bash /tmp/gpu_run_job.sh > "$LOGS/job.out" \
       2>&1 < /dev/null &
@@ -78,8 +91,9 @@ JOB
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
     cat $LOGS/done $LOGS/raws 2>/dev/null; tail -40 $LOGS/product.log
     tail -5 $LOGS/test.log 2>/dev/null; grep -h "^RESULT" $LOGS/raw_*.log 2>/dev/null
+    for t in $LOGS/trace_*.txt; do [ -f "$t" ] && echo "== $t" && tail -6 "$t"; done
     mkdir -p "${OUT:-/tmp/out}"  # one archive: the device returns at most 8 files
-    (cd / && find tmp/gpo -path tmp/gpo/services -prune -o \( -name '*.log' -o -name '*.json' \) \
+    (cd / && find tmp/gpo -path tmp/gpo/services -prune -o \( -name '*.log' -o -name '*.json' -o -name 'trace_*' \) \
        -size -200M -print; ls tmp/nrepo/bench/results/*.json) 2>/dev/null \
       | tar -czf "${OUT:-/tmp/out}/gpu_run_logs.tgz" -C / -T -
     cp $LOGS/product.log "${OUT:-/tmp/out}/" 2>/dev/null || true ;;

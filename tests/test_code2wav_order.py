@@ -1,6 +1,7 @@
-"""Code2Wav's step plan (workers/engines/qwen3_stage1.py): realtime audio first, short steps.
+"""Code2Wav's step plan (workers/engines/qwen3_stage1.py): realtime audio first, short steps;
+and the talker's (workers/engines/qwen3_talker.py): a realtime first frame from a short step.
 
-The scheduler subclass itself runs only in vLLM-Omni's stage process on a GPU (the
+The scheduler subclasses themselves run only in vLLM-Omni's stage process on a GPU (the
 gpu-marked test); its ordering is plain Python and is tested here with request stand-ins
 that carry what vLLM's requests carry: ids, codec tokens and tokens already decoded.
 """
@@ -9,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from workers.engines.qwen3_stage1 import BATCH_TOKENS, REALTIME_TAG, plan_step, realtime
+from workers.engines.qwen3_talker import BOOST_SHARE, BOOST_WINDOW, boost_step
 
 SEGMENT = 250 * 16  # a 250-frame whole answer: 16 codec tokens per frame
 BUDGET = 65536      # Code2Wav's max_num_batched_tokens in Narrator's deploy config
@@ -80,3 +82,35 @@ def test_only_tagged_ids_are_realtime() -> None:
         external_req_id = f"{REALTIME_TAG}-say-2"
 
     assert realtime(Renamed("0f3a-internal"))
+
+
+@dataclass(eq=False)
+class TalkerReq:
+    request_id: str
+    num_prompt_tokens: int = 60
+    num_computed_tokens: int = 0
+
+
+def test_the_talker_runs_realtime_alone_until_its_first_frame_only() -> None:
+    segments = [TalkerReq(f"segment-{i}", 60, 200) for i in range(64)]
+    stream = TalkerReq(f"{REALTIME_TAG}-say-1", 60, 0)
+    recent: deque[bool] = deque(maxlen=BOOST_WINDOW)
+    assert not boost_step([], segments, recent, 80)  # batch alone: never
+    assert boost_step([stream], segments, recent, 80)  # waiting for its prefill
+    stream.num_computed_tokens = 60  # prefill scheduled: the step after makes the frame
+    assert boost_step([], [*segments, stream], recent, 80)
+    stream.num_computed_tokens = 61  # its first frame is on its way: the batch runs again
+    assert not boost_step([], [*segments, stream], recent, 80)
+    assert not boost_step([TalkerReq(f"{REALTIME_TAG}-x")], segments[:80], recent, 64)
+
+
+def test_the_batch_sits_out_at_most_a_share_of_the_recent_steps() -> None:
+    segments = [TalkerReq(f"segment-{i}", 60, 200) for i in range(64)]
+    recent: deque[bool] = deque(maxlen=BOOST_WINDOW)
+    runs = 0
+    for step in range(4 * BOOST_WINDOW):  # a new realtime request every step: a flood
+        boost = boost_step([TalkerReq(f"{REALTIME_TAG}-{step}")], segments, recent, 80)
+        recent.append(boost)
+        runs += boost
+    assert runs <= 4 * BOOST_SHARE * BOOST_WINDOW + 1
+    assert runs >= 4 * BOOST_SHARE * BOOST_WINDOW - 1

@@ -5,6 +5,7 @@ AsyncOmni.generate() and its three output shapes. The real engine runs in the gp
 and in bench/gpu_engine.py on the lent H100.
 """
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,6 +127,20 @@ def test_stream_yields_chunks_as_they_come(config: Qwen3Config) -> None:
     assert fake.calls[0]["params"][0].output_kind is OutputKind.DELTA
     assert fake.calls[0]["priority"] == REALTIME_PRIORITY
     assert realtime(SimpleNamespace(request_id=fake.calls[0]["request_id"]))  # Code2Wav's order
+
+
+def test_a_traced_engine_records_a_realtime_requests_submit_and_first_audio_only(
+        config: Qwen3Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("NARRATOR_ENGINE_TRACE", str(path))
+    engine, fake = make_engine(config)
+    list(engine.stream(SpeechRequest(text="Hi.", voice="ryan", max_new_tokens=70,
+                                     realtime=True)))
+    engine.synthesize([SpeechRequest(text="A segment.", voice="ryan")])
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["ev"] for e in events] == ["submit", "first_audio"]
+    assert {e["rid"] for e in events} == {fake.calls[0]["request_id"]}
+    assert events[0]["t"] <= events[1]["t"]
 
 
 def test_params_carry_seed_tokens_and_priority(config: Qwen3Config) -> None:

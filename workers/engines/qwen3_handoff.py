@@ -28,8 +28,12 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from workers.engines import trace
+from workers.engines.qwen3_stage1 import REALTIME_TAG
+
 WHOLE = "narrator_whole"
 WINDOW_CONTEXT = 25  # frames of left context per window (Code2Wav's own chunking uses 25)
+TRACE_FRAMES = 3  # a realtime request's frames traced: the first, and two talker steps
 
 
 def window_end(request_id: str, sent: int, window: int) -> int:
@@ -75,9 +79,22 @@ def talker2code2wav(transfer_manager: Any, multimodal_output: Any, request: Any,
     cloned = payload.get(request.external_req_id) is not None or (
         isinstance(multimodal_output, Mapping) and _has_reference(multimodal_output))
     if cloned or not marked_whole(request):
-        return stock.talker2code2wav_async_chunk(transfer_manager, multimodal_output, request,
-                                                 is_finished)
+        payload = stock.talker2code2wav_async_chunk(transfer_manager, multimodal_output,
+                                                    request, is_finished)
+        if trace.enabled():
+            _trace_frame(transfer_manager, request, payload)
+        return payload
     return _whole(stock, transfer_manager, multimodal_output, request, is_finished)
+
+
+def _trace_frame(transfer_manager: Any, request: Any, payload: Any) -> None:
+    """Trace a realtime request's first TRACE_FRAMES talker frames (bench.engine_trace)."""
+    rid = request.external_req_id
+    if REALTIME_TAG not in str(rid):
+        return
+    frames = len(transfer_manager.code_prompt_token_ids.get(rid, ()))
+    if frames <= TRACE_FRAMES:
+        trace.event("talker_frame", rid=rid, frames=frames, sent=payload is not None)
 
 
 def _has_reference(output: Mapping[str, Any]) -> bool:

@@ -24,16 +24,21 @@ when it runs Narrator's deploy config. It is imported in Code2Wav's stage proces
 vLLM-Omni; the ordering itself (`plan_step`) is plain Python, tested on the CPU.
 """
 
+import os
 from collections.abc import Callable, Iterable, MutableSequence
 from typing import Any
 
+from workers.engines import trace
+
 REALTIME_TAG = "narrator-rt"
-BATCH_TOKENS = 8192  # Code2Wav tokens: 16 codebooks per frame, so two 250-frame segments
+# Code2Wav tokens: 16 codebooks per frame, so 8192 is two 250-frame segments. The variable
+# is for benchmarks of the cap (bench/gpu_run.sh), read in the stage process.
+BATCH_TOKENS = int(os.environ.get("NARRATOR_C2W_BATCH_TOKENS") or 8192)
 
 
 def realtime(request: Any) -> bool:
     """Say whether a stage-1 request belongs to a realtime (sync or streamed) answer."""
-    ids = (getattr(request, "external_req_id", None), getattr(request, "request_id", None))
+    ids = (getattr(request, name, None) for name in ("external_req_id", "request_id", "req_id"))
     return any(isinstance(value, str) and REALTIME_TAG in value for value in ids)
 
 
@@ -88,6 +93,7 @@ def _build() -> type:
             super().__init__(*args, **kwargs)
             self._narrator_held: list[Any] = []
             self._narrator_failed = False
+            self._narrator_seen: set[str] = set()  # realtime requests traced as ready
             adapter = self.chunk_transfer_adapter
             if adapter is not None:
                 adapter.process_pending_chunks = self._after_chunks(
@@ -101,6 +107,8 @@ def _build() -> type:
                 if self._narrator_failed:
                     return
                 try:
+                    if trace.enabled():
+                        self._trace_ready(waiting, running)
                     keep, held = plan_step(waiting, running, self.max_num_scheduled_tokens)
                     if held or [id(r) for r in keep] != [id(r) for r in waiting]:
                         waiting.clear()  # FCFS: a deque of requests
@@ -113,12 +121,32 @@ def _build() -> type:
 
         def schedule(self, throttle_prefills: bool = False) -> Any:
             try:
-                return super().schedule(throttle_prefills)
+                output = super().schedule(throttle_prefills)
             finally:
                 held, self._narrator_held = self._narrator_held, []
                 for request in reversed(held):
                     if request.request_id in self.requests:
                         self.waiting.prepend_request(request)
+            if trace.enabled() and output.total_num_scheduled_tokens:
+                trace.event("c2w_step", tokens=output.total_num_scheduled_tokens,
+                            requests=len(output.num_scheduled_tokens), held=len(held),
+                            rt=[r for r in output.num_scheduled_tokens if REALTIME_TAG in r])
+            return output
+
+        def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+            outputs = super().update_from_output(scheduler_output, model_runner_output)
+            if trace.enabled():
+                rt = [r for r in scheduler_output.num_scheduled_tokens if REALTIME_TAG in r]
+                if rt:
+                    trace.event("c2w_out", rt=rt)
+            return outputs
+
+        def _trace_ready(self, waiting: Any, running: Any) -> None:
+            for request in (*waiting, *running):
+                rid = str(request.request_id)
+                if REALTIME_TAG in rid and rid not in self._narrator_seen and pending(request):
+                    self._narrator_seen.add(rid)
+                    trace.event("c2w_ready", rid=rid, tokens=pending(request))
 
     return RealtimeFirstScheduler
 

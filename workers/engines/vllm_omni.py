@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from core.catalog import ModelInfo, Qwen3Config
-from workers.engines import Audio, SpeechRequest, drain, slots_for
+from workers.engines import Audio, SpeechRequest, drain, slots_for, trace
 from workers.engines.qwen3_handoff import WHOLE
 from workers.engines.qwen3_stage1 import REALTIME_TAG
 from workers.engines.qwen3_tts import (
@@ -37,6 +37,7 @@ log = structlog.get_logger()
 REALTIME_PRIORITY, BATCH_PRIORITY = 0, 10  # vLLM serves lower values first
 DEPLOY_DIR = Path(__file__).parent / "deploy"
 STAGE1_SCHEDULER = "workers.engines.qwen3_stage1.RealtimeFirstScheduler"
+TALKER_SCHEDULER = "workers.engines.qwen3_talker.RealtimeTalkerScheduler"
 OmniFactory = Callable[[], Any]
 PromptLength = Callable[[dict[str, list[Any]]], int]
 References = Callable[[str], Reference | None]
@@ -85,7 +86,7 @@ class VllmOmniEngine:
             kwargs: dict[str, Any] = {"stage_init_timeout": timeout}
             if deploy_config:  # Narrator's: Code2Wav serves realtime audio first
                 kwargs["deploy_config"] = deploy_config
-                kwargs["stage_overrides"] = json.dumps({"1": {"scheduler_cls": STAGE1_SCHEDULER}})
+                kwargs["stage_overrides"] = json.dumps(stage_overrides())
             return AsyncOmni(model=str(self.config.path), **kwargs)
 
         return create
@@ -158,11 +159,17 @@ class VllmOmniEngine:
         if priority == REALTIME_PRIORITY:  # Code2Wav's scheduler reads the tag (qwen3_stage1)
             request_id = f"{REALTIME_TAG}-{request_id}"
         collector = AudioCollector(kind)
+        traced = trace.enabled() and priority == REALTIME_PRIORITY
+        if traced:
+            trace.event("submit", rid=request_id)
         async for output in self._omni.generate(
             self._prompt(request, reference, kind), request_id=request_id,
             sampling_params_list=self._params(request, kind), priority=priority,
         ):
             new = collector.add(output)
+            if traced and len(new):
+                trace.event("first_audio", rid=request_id)
+                traced = False
             if on_chunk is not None and len(new):
                 on_chunk(new)
         return collector.audio()
@@ -199,6 +206,15 @@ class VllmOmniEngine:
         chunks: queue.SimpleQueue[Audio] = queue.SimpleQueue()
         return drain(self.submit(request, OutputKind.DELTA, chunks.put,
                                  reference=self._reference(request)), chunks)
+
+
+def stage_overrides() -> dict[str, dict[str, str]]:
+    """Return the schedulers Narrator's deploy config runs: Code2Wav's always, the talker's
+    when its boost is on (NARRATOR_TALKER_BOOST=1, being measured) or the engine is traced."""
+    overrides = {"1": {"scheduler_cls": STAGE1_SCHEDULER}}
+    if os.environ.get("NARRATOR_TALKER_BOOST") == "1" or trace.enabled():
+        overrides["0"] = {"scheduler_cls": TALKER_SCHEDULER}
+    return overrides
 
 
 def _vllm_output_kind(kind: OutputKind) -> Any:
