@@ -36,10 +36,12 @@ def test_a_stream_admitted_after_a_burst_of_whole_segments_goes_first() -> None:
     stream = Req(f"{REALTIME_TAG}-say-7-cd34", 16)  # its first chunk: one frame
     waiting = deque([*burst, stream])
     keep, held = plan_step(waiting, [], BUDGET)
-    assert keep[0] is stream
-    assert keep[1:] == burst[:2]  # two segments of 250 frames fill BATCH_TOKENS
-    assert held == burst[2:]      # the rest wait, in their order
-    assert sum(r.tokens for r in keep[1:]) <= BATCH_TOKENS
+    assert keep == [stream]  # its step decodes nothing else: its output comes back at once
+    assert held == burst     # they wait, in their order
+    keep, held = plan_step(deque(burst), [], BUDGET)  # the step after: batch again
+    assert keep == burst[:1]  # one segment of 250 frames fills BATCH_TOKENS
+    assert held == burst[1:]
+    assert sum(r.tokens for r in keep) <= BATCH_TOKENS
 
 
 def test_running_requests_are_ordered_realtime_first_and_count_against_the_step() -> None:
@@ -70,7 +72,7 @@ def test_requests_without_ready_tokens_keep_their_place_and_are_never_held() -> 
     ready = batch(3)
     waiting = deque([idle[0], ready[0], idle[1], ready[1], *idle[2:], ready[2]])
     keep, held = plan_step(waiting, [], BUDGET)
-    assert held == [ready[2]]
+    assert held == ready[1:]  # one segment fills BATCH_TOKENS
     assert [r for r in keep if r.tokens == 0] == idle
 
 

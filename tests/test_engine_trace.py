@@ -58,10 +58,13 @@ def test_the_report_splits_first_audio_into_its_stages(tmp_path: Path) -> None:
     assert "Code2Wav: 2 steps; period median 30.0 ms" in table
 
 
-def test_the_talker_scheduler_runs_only_when_boosted_or_traced(
+def test_the_talker_scheduler_runs_by_default_and_when_traced(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NARRATOR_ENGINE_TRACE", raising=False)
     monkeypatch.delenv("NARRATOR_TALKER_BOOST", raising=False)
+    both = {"0": {"scheduler_cls": TALKER_SCHEDULER}, "1": {"scheduler_cls": STAGE1_SCHEDULER}}
+    assert stage_overrides() == both
+    monkeypatch.setenv("NARRATOR_TALKER_BOOST", "0")
     assert stage_overrides() == {"1": {"scheduler_cls": STAGE1_SCHEDULER}}
-    monkeypatch.setenv("NARRATOR_TALKER_BOOST", "1")
-    assert stage_overrides()["0"] == {"scheduler_cls": TALKER_SCHEDULER}
+    monkeypatch.setenv("NARRATOR_ENGINE_TRACE", "/dev/null")
+    assert stage_overrides() == both

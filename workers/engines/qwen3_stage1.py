@@ -8,15 +8,19 @@ after another at about 34 ms each on an H100), and a streamed request's first ch
 behind them, waited 1-2.8 s (bench/results/gpu_engine_h100_1.7b_s7_*: the slowest first
 audio of 12 probes spread over a wave's phases).
 
-`RealtimeFirstScheduler` is vLLM-Omni's own generation scheduler with two changes, made to
+`RealtimeFirstScheduler` is vLLM-Omni's own generation scheduler with three changes, made to
 its queues right after it has taken in the chunks that arrived (and so before it admits any
 request for the step):
 - realtime requests (sync speech and streams; the adapter tags their ids with
   `REALTIME_TAG`) go before batch requests, in the running list and in the waiting queue;
-- the batch requests' ready tokens admitted in one step are capped at `BATCH_TOKENS` (two
-  segments of 250 frames), so a step stays short and a realtime chunk that arrives during it
-  waits for little; the first batch request of a step always goes, and one that would not
-  fit the step's whole budget waits for the next step instead of being split across steps.
+- a step that has realtime audio to decode decodes nothing else: a step's output comes back
+  only when all of it is done, and a realtime chunk decoded beside two whole segments came
+  back 210-270 ms later instead of about 12 ms (bench.engine_trace, session 8);
+- the batch requests' ready tokens admitted in one step are capped at `BATCH_TOKENS` (one
+  segment of 250 frames: about 95 ms of decode beside a full talker), so a realtime chunk
+  that arrives during a step waits for little; the first batch request of a step always
+  goes, and one that would not fit the step's whole budget waits for the next step instead
+  of being split across steps.
 Held requests go back to the front of the waiting queue, in order, when the step is built.
 
 The adapter names this class as stage 1's `scheduler_cls` (vLLM-Omni's `stage_overrides`)
@@ -31,9 +35,9 @@ from typing import Any
 from workers.engines import trace
 
 REALTIME_TAG = "narrator-rt"
-# Code2Wav tokens: 16 codebooks per frame, so 8192 is two 250-frame segments. The variable
-# is for benchmarks of the cap (bench/gpu_run.sh), read in the stage process.
-BATCH_TOKENS = int(os.environ.get("NARRATOR_C2W_BATCH_TOKENS") or 8192)
+# Code2Wav tokens: 16 codebooks per frame, so 4096 is one 250-frame segment. The variable is
+# for benchmarks of the cap (bench/gpu_run.sh), read in the stage process.
+BATCH_TOKENS = int(os.environ.get("NARRATOR_C2W_BATCH_TOKENS") or 4096)
 
 
 def realtime(request: Any) -> bool:
@@ -51,10 +55,12 @@ def plan_step(waiting: Iterable[Any], running: MutableSequence[Any], budget: int
               batch_tokens: int = BATCH_TOKENS) -> tuple[list[Any], list[Any]]:
     """Order one step's requests: return (waiting to keep, in order; waiting to hold).
 
-    `running` is sorted in place, realtime first (stable). Batch requests with ready tokens
-    beyond `batch_tokens` for the step, or beyond what is left of `budget`, are held; the
-    first batch request of a step always goes unless it would not fit the budget and
-    something else is scheduled (then it waits a step rather than being split).
+    `running` is sorted in place, realtime first (stable). When a realtime request has
+    tokens ready, every waiting batch request with tokens ready is held. Otherwise batch
+    requests with ready tokens beyond `batch_tokens` for the step, or beyond what is left of
+    `budget`, are held; the first batch request of a step always goes unless it would not
+    fit the budget and something else is scheduled (then it waits a step rather than being
+    split).
     """
     running_list = list(running)
     running_list.sort(key=lambda r: not realtime(r))
@@ -62,6 +68,7 @@ def plan_step(waiting: Iterable[Any], running: MutableSequence[Any], budget: int
     used = sum(pending(r) for r in running_list)
     batch_used = sum(pending(r) for r in running_list if not realtime(r))
     queue = sorted(waiting, key=lambda r: not realtime(r))
+    realtime_ready = any(realtime(r) and pending(r) for r in (*running_list, *queue))
     keep: list[Any] = []
     held: list[Any] = []
     for request in queue:
@@ -69,6 +76,9 @@ def plan_step(waiting: Iterable[Any], running: MutableSequence[Any], budget: int
         if realtime(request) or tokens == 0:
             used += tokens
             keep.append(request)
+            continue
+        if realtime_ready:
+            held.append(request)
             continue
         fits = used + tokens <= budget or used == 0
         if fits and (batch_used == 0 or batch_used + tokens <= batch_tokens):

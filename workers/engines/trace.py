@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 _lock = threading.Lock()
-_fd: list[int] = []
+_fds: dict[str, int] = {}  # one descriptor per trace path
 
 
 def enabled() -> bool:
@@ -31,6 +31,6 @@ def event(name: str, **fields: Any) -> None:
     line = json.dumps({"t": time.time(), "pid": os.getpid(), "ev": name, **fields},
                       default=str) + "\n"
     with _lock:
-        if not _fd:
-            _fd.append(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
-        os.write(_fd[0], line.encode())
+        if path not in _fds:
+            _fds[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(_fds[path], line.encode())

@@ -210,9 +210,9 @@ class VllmOmniEngine:
 
 def stage_overrides() -> dict[str, dict[str, str]]:
     """Return the schedulers Narrator's deploy config runs: Code2Wav's always, the talker's
-    when its boost is on (NARRATOR_TALKER_BOOST=1, being measured) or the engine is traced."""
+    unless its boost is off (NARRATOR_TALKER_BOOST=0) and the engine is not traced."""
     overrides = {"1": {"scheduler_cls": STAGE1_SCHEDULER}}
-    if os.environ.get("NARRATOR_TALKER_BOOST") == "1" or trace.enabled():
+    if os.environ.get("NARRATOR_TALKER_BOOST", "1") != "0" or trace.enabled():
         overrides["0"] = {"scheduler_cls": TALKER_SCHEDULER}
     return overrides
 
