@@ -121,8 +121,7 @@ def report(paths: list[str]) -> str:
         lines.append(f"Code2Wav: {c2w['steps']} steps; period median {period[0]:.1f} ms, p90 "
                      f"{period[1]:.1f}, max {period[2]:.1f}; tokens per step median "
                      f"{tokens[0]:.0f}, p90 {tokens[1]:.0f}, max {tokens[2]:.0f}")
-    boosts = sum(1 for e in events if e["ev"] == "talker_step" and e.get("boost"))
-    lines.append(f"{len(rows)} realtime requests; talker steps run for realtime only: {boosts}")
+    lines.append(f"{len(rows)} realtime requests")
     return "\n".join(lines)
 
 

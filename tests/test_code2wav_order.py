@@ -1,7 +1,6 @@
-"""Code2Wav's step plan (workers/engines/qwen3_stage1.py): realtime audio first, short steps;
-and the talker's (workers/engines/qwen3_talker.py): a realtime first frame from a short step.
+"""Code2Wav's step plan (workers/engines/qwen3_stage1.py): realtime audio first, short steps.
 
-The scheduler subclasses themselves run only in vLLM-Omni's stage process on a GPU (the
+The scheduler subclass itself runs only in vLLM-Omni's stage process on a GPU (the
 gpu-marked test); its ordering is plain Python and is tested here with request stand-ins
 that carry what vLLM's requests carry: ids, codec tokens and tokens already decoded.
 """
@@ -10,7 +9,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from workers.engines.qwen3_stage1 import BATCH_TOKENS, REALTIME_TAG, plan_step, realtime
-from workers.engines.qwen3_talker import BOOST_SHARE, BOOST_WINDOW, boost_step
 
 SEGMENT = 250 * 16  # a 250-frame whole answer: 16 codec tokens per frame
 BUDGET = 65536      # Code2Wav's max_num_batched_tokens in Narrator's deploy config
@@ -39,8 +37,8 @@ def test_a_stream_admitted_after_a_burst_of_whole_segments_goes_first() -> None:
     assert keep == [stream]  # its step decodes nothing else: its output comes back at once
     assert held == burst     # they wait, in their order
     keep, held = plan_step(deque(burst), [], BUDGET)  # the step after: batch again
-    assert keep == burst[:1]  # one segment of 250 frames fills BATCH_TOKENS
-    assert held == burst[1:]
+    assert keep == burst[:2]  # two segments of 250 frames fill BATCH_TOKENS
+    assert held == burst[2:]
     assert sum(r.tokens for r in keep) <= BATCH_TOKENS
 
 
@@ -72,7 +70,7 @@ def test_requests_without_ready_tokens_keep_their_place_and_are_never_held() -> 
     ready = batch(3)
     waiting = deque([idle[0], ready[0], idle[1], ready[1], *idle[2:], ready[2]])
     keep, held = plan_step(waiting, [], BUDGET)
-    assert held == ready[1:]  # one segment fills BATCH_TOKENS
+    assert held == [ready[2]]  # two segments fill BATCH_TOKENS
     assert [r for r in keep if r.tokens == 0] == idle
 
 
@@ -85,34 +83,3 @@ def test_only_tagged_ids_are_realtime() -> None:
 
     assert realtime(Renamed("0f3a-internal"))
 
-
-@dataclass(eq=False)
-class TalkerReq:
-    request_id: str
-    num_prompt_tokens: int = 60
-    num_computed_tokens: int = 0
-
-
-def test_the_talker_runs_realtime_alone_until_its_first_frame_only() -> None:
-    segments = [TalkerReq(f"segment-{i}", 60, 200) for i in range(64)]
-    stream = TalkerReq(f"{REALTIME_TAG}-say-1", 60, 0)
-    recent: deque[bool] = deque(maxlen=BOOST_WINDOW)
-    assert not boost_step([], segments, recent, 80)  # batch alone: never
-    assert boost_step([stream], segments, recent, 80)  # waiting for its prefill
-    stream.num_computed_tokens = 60  # prefill scheduled: the step after makes the frame
-    assert boost_step([], [*segments, stream], recent, 80)
-    stream.num_computed_tokens = 61  # its first frame is on its way: the batch runs again
-    assert not boost_step([], [*segments, stream], recent, 80)
-    assert not boost_step([TalkerReq(f"{REALTIME_TAG}-x")], segments[:80], recent, 64)
-
-
-def test_the_batch_sits_out_at_most_a_share_of_the_recent_steps() -> None:
-    segments = [TalkerReq(f"segment-{i}", 60, 200) for i in range(64)]
-    recent: deque[bool] = deque(maxlen=BOOST_WINDOW)
-    runs = 0
-    for step in range(4 * BOOST_WINDOW):  # a new realtime request every step: a flood
-        boost = boost_step([TalkerReq(f"{REALTIME_TAG}-{step}")], segments, recent, 80)
-        recent.append(boost)
-        runs += boost
-    assert runs <= 4 * BOOST_SHARE * BOOST_WINDOW + 1
-    assert runs >= 4 * BOOST_SHARE * BOOST_WINDOW - 1

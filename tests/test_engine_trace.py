@@ -38,7 +38,7 @@ def test_the_report_splits_first_audio_into_its_stages(tmp_path: Path) -> None:
     t = 1000.0
     events = [
         {"t": t, "ev": "submit", "rid": rid},
-        {"t": t + 0.040, "ev": "talker_step", "admitted": [f"{rid}-x1"], "boost": True},
+        {"t": t + 0.040, "ev": "talker_step", "admitted": [f"{rid}-x1"]},
         {"t": t + 0.060, "ev": "talker_frame", "rid": rid, "frames": 1},
         {"t": t + 0.070, "ev": "c2w_step", "tokens": 8000, "requests": 2, "rt": []},
         {"t": t + 0.071, "ev": "c2w_ready", "rid": f"{rid}-x2", "tokens": 16},
@@ -54,17 +54,13 @@ def test_the_report_splits_first_audio_into_its_stages(tmp_path: Path) -> None:
     assert row == {"rid": rid, "admit": 40.0, "frame1": 60.0, "step": 35.0, "to_c2w": 11.0,
                    "c2w_wait": 29.0, "c2w_run": 10.0, "back": 5.0, "total": 115.0}
     table = report([str(path)])
-    assert "1 realtime requests; talker steps run for realtime only: 1" in table
+    assert "1 realtime requests" in table
     assert "Code2Wav: 2 steps; period median 30.0 ms" in table
 
 
-def test_the_talker_scheduler_runs_by_default_and_when_traced(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_talker_scheduler_runs_only_when_traced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NARRATOR_ENGINE_TRACE", raising=False)
-    monkeypatch.delenv("NARRATOR_TALKER_BOOST", raising=False)
-    both = {"0": {"scheduler_cls": TALKER_SCHEDULER}, "1": {"scheduler_cls": STAGE1_SCHEDULER}}
-    assert stage_overrides() == both
-    monkeypatch.setenv("NARRATOR_TALKER_BOOST", "0")
     assert stage_overrides() == {"1": {"scheduler_cls": STAGE1_SCHEDULER}}
     monkeypatch.setenv("NARRATOR_ENGINE_TRACE", "/dev/null")
-    assert stage_overrides() == both
+    assert stage_overrides() == {"0": {"scheduler_cls": TALKER_SCHEDULER},
+                                 "1": {"scheduler_cls": STAGE1_SCHEDULER}}

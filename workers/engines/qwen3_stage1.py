@@ -16,11 +16,13 @@ request for the step):
 - a step that has realtime audio to decode decodes nothing else: a step's output comes back
   only when all of it is done, and a realtime chunk decoded beside two whole segments came
   back 210-270 ms later instead of about 12 ms (bench.engine_trace, session 8);
-- the batch requests' ready tokens admitted in one step are capped at `BATCH_TOKENS` (one
-  segment of 250 frames: about 95 ms of decode beside a full talker), so a realtime chunk
-  that arrives during a step waits for little; the first batch request of a step always
-  goes, and one that would not fit the step's whole budget waits for the next step instead
-  of being split across steps.
+- the batch requests' ready tokens admitted in one step are capped at `BATCH_TOKENS` (two
+  segments of 250 frames), so a realtime chunk that arrives during a step waits for less;
+  the first batch request of a step always goes, and one that would not fit the step's
+  whole budget waits for the next step instead of being split across steps. A cap of one
+  segment (4096) halved the first job's rate (84.6 audio-s/s, GPU 40 % busy, session 8):
+  each Code2Wav step has a fixed cost (about 95 ms per step of one segment beside a full
+  talker), so fewer segments per step starve the talker of free slots.
 Held requests go back to the front of the waiting queue, in order, when the step is built.
 
 The adapter names this class as stage 1's `scheduler_cls` (vLLM-Omni's `stage_overrides`)
@@ -35,9 +37,9 @@ from typing import Any
 from workers.engines import trace
 
 REALTIME_TAG = "narrator-rt"
-# Code2Wav tokens: 16 codebooks per frame, so 4096 is one 250-frame segment. The variable is
-# for benchmarks of the cap (bench/gpu_run.sh), read in the stage process.
-BATCH_TOKENS = int(os.environ.get("NARRATOR_C2W_BATCH_TOKENS") or 4096)
+# Code2Wav tokens: 16 codebooks per frame, so 8192 is two 250-frame segments. The variable
+# is for benchmarks of the cap (bench/gpu_run.sh), read in the stage process.
+BATCH_TOKENS = int(os.environ.get("NARRATOR_C2W_BATCH_TOKENS") or 8192)
 
 
 def realtime(request: Any) -> bool:

@@ -37,7 +37,7 @@ log = structlog.get_logger()
 REALTIME_PRIORITY, BATCH_PRIORITY = 0, 10  # vLLM serves lower values first
 DEPLOY_DIR = Path(__file__).parent / "deploy"
 STAGE1_SCHEDULER = "workers.engines.qwen3_stage1.RealtimeFirstScheduler"
-TALKER_SCHEDULER = "workers.engines.qwen3_talker.RealtimeTalkerScheduler"
+TALKER_SCHEDULER = "workers.engines.qwen3_talker.TracedTalkerScheduler"
 OmniFactory = Callable[[], Any]
 PromptLength = Callable[[dict[str, list[Any]]], int]
 References = Callable[[str], Reference | None]
@@ -209,10 +209,10 @@ class VllmOmniEngine:
 
 
 def stage_overrides() -> dict[str, dict[str, str]]:
-    """Return the schedulers Narrator's deploy config runs: Code2Wav's always, the talker's
-    unless its boost is off (NARRATOR_TALKER_BOOST=0) and the engine is not traced."""
+    """Return the schedulers Narrator's deploy config runs: Code2Wav's always, and the
+    talker's tracing one when the engine is traced (NARRATOR_ENGINE_TRACE)."""
     overrides = {"1": {"scheduler_cls": STAGE1_SCHEDULER}}
-    if os.environ.get("NARRATOR_TALKER_BOOST", "1") != "0" or trace.enabled():
+    if trace.enabled():
         overrides["0"] = {"scheduler_cls": TALKER_SCHEDULER}
     return overrides
 
