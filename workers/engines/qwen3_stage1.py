@@ -27,7 +27,9 @@ Held requests go back to the front of the waiting queue, in order, when the step
 
 The adapter names this class as stage 1's `scheduler_cls` (vLLM-Omni's `stage_overrides`)
 when it runs Narrator's deploy config. It is imported in Code2Wav's stage process, which has
-vLLM-Omni; the ordering itself (`plan_step`) is plain Python, tested on the CPU.
+vLLM-Omni; the ordering itself (`plan_step`) is plain Python, tested on the CPU. The module
+also holds the talker's scheduler used only when the engine is traced (workers/engines/
+trace.py).
 """
 
 import os
@@ -163,13 +165,39 @@ def _build() -> type:
     return RealtimeFirstScheduler
 
 
+def _build_traced_talker() -> type:
+    """The talker's (stage 0) scheduler when the engine is traced: vLLM-Omni's async AR
+    scheduler recording each realtime admission (bench.engine_trace's `admit`), nothing else.
+
+    Running realtime requests alone for a step while the batch sat it out (to get their first
+    frame sooner) crashed vLLM-Omni 0.26's AR runner with a KeyError for `all_token_ids`
+    (session 8, bench/results/gpu_product_h100_1.7b_s8_boost_crash.log), so it is not done.
+    """
+    from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler
+
+    class TracedTalkerScheduler(OmniARAsyncScheduler):  # type: ignore[misc]
+        """vLLM-Omni's async AR scheduler, tracing realtime admissions."""
+
+        def schedule(self, throttle_prefills: bool = False) -> Any:
+            output = super().schedule(throttle_prefills)
+            admitted = [r.req_id for r in output.scheduled_new_reqs if realtime(r)]
+            if admitted:
+                trace.event("talker_step", admitted=admitted,
+                            requests=len(output.num_scheduled_tokens))
+            return output
+
+    return TracedTalkerScheduler
+
+
+_BUILDERS: dict[str, Callable[[], type]] = {
+    "RealtimeFirstScheduler": _build, "TracedTalkerScheduler": _build_traced_talker}
 _built: dict[str, type] = {}
 
 
 def __getattr__(name: str) -> type:
-    """Build `RealtimeFirstScheduler` on first use (vLLM imports it by its dotted name)."""
-    if name != "RealtimeFirstScheduler":
+    """Build a scheduler class on first use (vLLM imports it by its dotted name)."""
+    if name not in _BUILDERS:
         raise AttributeError(name)
     if name not in _built:
-        _built[name] = _build()
+        _built[name] = _BUILDERS[name]()
     return _built[name]
