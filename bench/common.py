@@ -4,11 +4,13 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -206,3 +208,38 @@ def save(name: str, data: dict[str, Any]) -> Path:
                         "platform": platform.platform()}} | data
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
+
+
+class GpuBusy:
+    """Samples nvidia-smi's utilisation.gpu and memory.used, and the load average, each 0.5 s."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float, float]] = []
+        self.load: list[tuple[float, float]] = []  # 1-minute load average: CPU contention
+        self._stop = threading.Event()
+        self.available = shutil.which("nvidia-smi") is not None
+        if self.available:
+            threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
+                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
+                                      "--format=csv,noheader,nounits"], capture_output=True,
+                                     text=True, timeout=5).stdout.splitlines()[0]
+                busy, used = (float(v) for v in out.split(","))
+                self.samples.append((time.monotonic(), busy, used))
+                self.load.append((time.monotonic(), os.getloadavg()[0]))
+
+    def mean(self, start: float, end: float) -> str:
+        """Return the mean utilisation and the peak memory between two monotonic times."""
+        window = [(u, m) for t, u, m in self.samples if start <= t <= end]
+        if not window:
+            return "n/a"
+        load = [v for t, v in self.load if start <= t <= end]
+        return (f"{statistics.mean(u for u, _ in window):.0f} %, "
+                f"peak {max(m for _, m in window) / 1024:.1f} GiB, load {max(load):.0f}")
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._stop.set()

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import GpuBusy
+
 TEXTS = [
     "She said she would be here by noon, and then we would all leave together for the station.",
     "The quick brown fox jumps over the lazy dog while the band keeps playing in the park.",
@@ -371,6 +373,7 @@ def main() -> None:
     if "worker" in args.paths:
         bench.start_worker()
     rows: dict[tuple[str, int, int], list[float]] = {}
+    busy = GpuBusy()
 
     def measure(paths: list[str], suffix: str = "") -> None:
         for frames in frames_list:
@@ -379,13 +382,14 @@ def main() -> None:
                 for _ in range(args.reps):
                     for path in paths:
                         wall, samples = getattr(bench, path)(n)
+                        gpu = busy.mean(time.monotonic() - wall, time.monotonic())
                         rate = samples / SR / wall
                         rows.setdefault((path + suffix, n, frames), []).append(rate)
                         emit({"tag": path + suffix, "frames": frames, "concurrency": n,
                               "wall_s": round(wall, 3), "audio_s": round(samples / SR, 2),
                               "audio_s_per_wall_s": round(rate, 2),
                               "samples_per_request": samples // (n * args.waves),
-                              "waves": args.waves, "gpu_memory": gpu_memory()})
+                              "waves": args.waves, "gpu_memory": gpu_memory(), "gpu": gpu})
 
     measure(args.paths)
     if args.process_paths:

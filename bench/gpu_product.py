@@ -33,12 +33,10 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -47,44 +45,9 @@ from typing import Any
 
 import httpx
 
-from bench.common import free_port, save, table
+from bench.common import GpuBusy, free_port, save, table
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class GpuBusy:
-    """Samples nvidia-smi's utilisation.gpu and memory.used, and the load average, each 0.5 s."""
-
-    def __init__(self) -> None:
-        self.samples: list[tuple[float, float, float]] = []
-        self.load: list[tuple[float, float]] = []  # 1-minute load average: CPU contention
-        self._stop = threading.Event()
-        self.available = shutil.which("nvidia-smi") is not None
-        if self.available:
-            threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
-                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
-                                      "--format=csv,noheader,nounits"], capture_output=True,
-                                     text=True, timeout=5).stdout.splitlines()[0]
-                busy, used = (float(v) for v in out.split(","))
-                self.samples.append((time.monotonic(), busy, used))
-                self.load.append((time.monotonic(), os.getloadavg()[0]))
-
-    def mean(self, start: float, end: float) -> str:
-        """Return the mean utilisation and the peak memory between two monotonic times."""
-        window = [(u, m) for t, u, m in self.samples if start <= t <= end]
-        if not window:
-            return "n/a"
-        load = [v for t, v in self.load if start <= t <= end]
-        return (f"{statistics.mean(u for u, _ in window):.0f} %, "
-                f"peak {max(m for _, m in window) / 1024:.1f} GiB, load {max(load):.0f}")
-
-    def stop(self) -> None:
-        """Stop sampling."""
-        self._stop.set()
 
 
 @contextlib.contextmanager
@@ -335,7 +298,7 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
 
 
 def raw_rate(args: argparse.Namespace, in_flight: int, folder: Path) -> dict[str, Any] | None:
-    """Run the bare engine: raw AsyncOmni under vLLM-Omni's own deploy config, in
+    """Run the bare engine: raw AsyncOmni under vLLM-Omni's own deploy config, no MPS, in
     bench.gpu_engine (its own process). Return its audio-s per s and its streamed first
     audio under `in_flight` batch requests (ms), or None.
 
@@ -349,7 +312,8 @@ def raw_rate(args: argparse.Namespace, in_flight: int, folder: Path) -> dict[str
             [sys.executable, "-m", "bench.gpu_engine", "--model", args.model, "--paths", "raw",
              "--concurrency", str(in_flight), "--frames", str(args.frames), "--reps", "1",
              "--waves", str(max(1, args.jobs * args.segments // in_flight)),
-             "--deploy-config", "default", "--ttfa-reps", "5", "--ttfa-load", str(in_flight),
+             "--deploy-config", "default", "--env", "NARRATOR_VLLM_MPS=false",  # as shipped
+             "--ttfa-reps", "5", "--ttfa-load", str(in_flight),
              "--label", "gpu_product_raw"], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
             start_new_session=True)
         try:

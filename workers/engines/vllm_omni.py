@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from core.catalog import ModelInfo, Qwen3Config
-from workers.engines import Audio, SpeechRequest, drain, slots_for, trace
+from workers.engines import Audio, SpeechRequest, drain, mps, slots_for, trace
 from workers.engines.qwen3_handoff import WHOLE
 from workers.engines.qwen3_stage1 import REALTIME_TAG
 from workers.engines.qwen3_tts import (
@@ -59,8 +59,11 @@ class VllmOmniEngine:
                  omni_factory: OmniFactory | None = None,
                  prompt_length: PromptLength | None = None,
                  references: References | None = None, priority: bool = True,
-                 deploy_config: str = "", stage_init_timeout: int = 900) -> None:
+                 deploy_config: str = "", stage_init_timeout: int = 900,
+                 use_mps: bool = False) -> None:
         self.info = info
+        self._use_mps = use_mps
+        self._mps: Path | None = None  # the MPS daemon's folder while the engine runs
         self.config = config
         self.priority = priority
         self._factory = omni_factory or self._default_factory(deploy_config, stage_init_timeout)
@@ -83,11 +86,18 @@ class VllmOmniEngine:
         def create() -> Any:
             from vllm_omni import AsyncOmni
 
+            if self._use_mps:  # before the stage processes start: they inherit its pipe
+                self._mps = mps.start()
             kwargs: dict[str, Any] = {"stage_init_timeout": timeout}
             if deploy_config:  # Narrator's: Code2Wav serves realtime audio first
                 kwargs["deploy_config"] = deploy_config
                 kwargs["stage_overrides"] = json.dumps(stage_overrides())
-            return AsyncOmni(model=str(self.config.path), **kwargs)
+            try:
+                return AsyncOmni(model=str(self.config.path), **kwargs)
+            except BaseException:
+                mps.stop(self._mps)
+                self._mps = None
+                raise
 
         return create
 
@@ -126,6 +136,8 @@ class VllmOmniEngine:
         if self._thread is not None:
             self._thread.join(timeout=30)
         loop.close()
+        mps.stop(self._mps)
+        self._mps = None
         log.info("engine.stopped", engine="vllm-omni", model=self.info.id)
 
     def _params(self, request: SpeechRequest, kind: OutputKind) -> list[Any]:

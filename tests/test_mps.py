@@ -1,0 +1,106 @@
+"""The engine's MPS daemon (workers/engines/mps.py) against a stand-in nvidia-cuda-mps-control.
+
+The stand-in sits at the GPU boundary: it keeps the daemon's state in a file in the pipe
+folder, as the real control program keeps its socket there, and answers the two commands
+the engine sends (get_server_list, quit). Whether MPS speeds the engine up is measured on
+the device (README, On the H100), not here.
+"""
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from workers.engines import mps
+
+STAND_IN = """#!/bin/sh
+# -d: start a daemon (fails if one runs on this pipe); otherwise read commands from stdin
+state="$CUDA_MPS_PIPE_DIRECTORY/daemon"
+echo "$@" >> "$CUDA_MPS_PIPE_DIRECTORY/calls"
+if [ "$1" = "-d" ]; then
+  [ -n "$REFUSE" ] && exit 1
+  [ -f "$state" ] && { echo "An instance of this daemon is already running"; exit 1; }
+  echo running > "$state"; echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES" >> "$state"
+  exit 0
+fi
+[ -f "$state" ] || { echo "Cannot find MPS control daemon process"; exit 1; }
+while read -r command; do
+  case "$command" in
+    get_server_list) ;;
+    quit) rm -f "$state" ;;
+  esac
+done
+"""
+
+
+@pytest.fixture
+def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Put the stand-in first on PATH and the daemons' folders under tmp_path."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    program = bin_dir / mps.CONTROL
+    program.write_text(STAND_IN)
+    program.chmod(program.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv(mps.PIPE, raising=False)
+    monkeypatch.delenv(mps.LOGS, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    return tmp_path
+
+
+def test_start_points_cuda_at_a_daemon_of_its_own_and_stop_quits_it(control: Path) -> None:
+    folder = mps.start()
+    assert folder == control / f"narrator-mps-{os.getuid()}-1"
+    assert os.environ[mps.PIPE] == str(folder / "pipe")
+    assert os.environ[mps.LOGS] == str(folder / "log")
+    state = (folder / "pipe" / "daemon").read_text()
+    assert "CUDA_VISIBLE_DEVICES=1" in state  # the daemon serves the worker's GPUs only
+    mps.stop(folder)
+    assert not (folder / "pipe" / "daemon").exists()
+    assert mps.PIPE not in os.environ
+    assert mps.LOGS not in os.environ
+
+
+def test_a_daemon_left_running_is_joined(control: Path) -> None:
+    folder = mps.start()
+    assert folder is not None
+    os.environ.pop(mps.PIPE)  # as a new engine process after one that was killed
+    os.environ.pop(mps.LOGS)
+    assert mps.start() == folder
+    calls = (folder / "pipe" / "calls").read_text().split("\n")
+    assert calls.count("-d") == 2  # the second start was refused, and the daemon answered
+    mps.stop(folder)
+
+
+def test_the_hosts_own_daemon_is_used_as_it_is(control: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(mps.PIPE, str(control / "host-pipe"))
+    assert mps.start() is None
+    assert os.environ[mps.PIPE] == str(control / "host-pipe")
+    assert not list(control.glob("narrator-mps-*"))
+
+
+def test_a_daemon_that_does_not_start_leaves_cuda_as_it_was(
+        control: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REFUSE", "1")
+    assert mps.start() is None
+    assert mps.PIPE not in os.environ
+
+
+def test_without_the_control_program_the_engine_runs_without_mps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(mps.PIPE, raising=False)
+    assert mps.start() is None
+    assert mps.PIPE not in os.environ
+    mps.stop(None)  # nothing to stop
+
+
+def test_folder_names_stay_short_for_the_socket() -> None:
+    long = ",".join(f"GPU-{i:032x}" for i in range(8))
+    assert len(str(mps.folder_for(long))) < 80
+    assert mps.folder_for(None).name.endswith("-all")
