@@ -64,9 +64,10 @@ class WorkerSettings(CoreSettings):
     sync_pieces: int = 0
     vllm_stage_init_timeout: int = 900
     # The engine's two stage processes (talker, Code2Wav) under a CUDA MPS daemon of the
-    # engine's own, so they share the GPU at once rather than in turns (workers/engines/mps.py);
-    # without nvidia-cuda-mps-control the engine runs without it.
-    vllm_mps: bool = True
+    # engine's own, so they share the GPU at once rather than in turns (workers/engines/mps.py).
+    # Off by default: raw AsyncOmni made 8.7 % more with it, but the one product run with it
+    # made 0.89 of the bare engine against 1.35 for the last run without (README, On the H100).
+    vllm_mps: bool = False
     vllm_priority: bool = True
     vllm_warmup_batch: int = 0  # requests in the warm-up batch; 0: VLLM_MAX_IN_FLIGHT
     # Sequences the deploy config keeps above VLLM_MAX_IN_FLIGHT for sync speech (its

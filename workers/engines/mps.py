@@ -8,7 +8,10 @@ processes, with a pipe folder of its own (CUDA_MPS_PIPE_DIRECTORY, which the sta
 inherit), so no other process on the host joins it; the engine quits it when it closes.
 
 Measured on one H100 (README, On the H100): raw AsyncOmni under Narrator's config, 64 whole
-segments in flight, 150.6 audio-s/s without MPS and 163.7 with it, same machine.
+segments in flight, 150.6 audio-s/s without MPS and 163.7 with it, same machine; but the
+product with it (another H100) made 0.89 of the bare engine on its first job, against 1.35
+in the last product run without it, for a cause not yet separated. VLLM_MPS is therefore
+off by default.
 
 Where the host already runs MPS (CUDA_MPS_PIPE_DIRECTORY set for the worker), the engine
 joins that daemon and starts none. Where `nvidia-cuda-mps-control` is missing, or the daemon
