@@ -8,12 +8,15 @@ import io
 from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 import soxr
+
+if TYPE_CHECKING:
+    from av.container.core import Chapter
 
 from core.formats import CONTENT_TYPES, EXTENSIONS
 
@@ -64,6 +67,13 @@ def _resampled(blocks: Iterable[Audio], rate: int, target: int) -> Iterator[Audi
 Mark = tuple[str, float, float]  # a chapter: title, start and end in seconds
 
 
+def chapter_entries(marks: list[Mark]) -> "list[Chapter]":
+    """Chapter marks as PyAV's `set_chapters` takes them (milliseconds)."""
+    return [{"id": n, "start": round(start * 1000), "end": round(end * 1000),
+             "time_base": Fraction(1, 1000), "metadata": {"title": title}}
+            for n, (title, start, end) in enumerate(marks)]
+
+
 def _encode_aac(blocks: Iterable[Audio], rate: int, sink: Sink, container_format: str = "adts",
                 marks: list[Mark] | None = None) -> None:
     import av  # imported here: GPU workers write parts as float WAV and need no ffmpeg
@@ -77,10 +87,7 @@ def _encode_aac(blocks: Iterable[Audio], rate: int, sink: Sink, container_format
             container.mux(stream.encode(frame))
         container.mux(stream.encode(None))
         if marks:
-            container.set_chapters([
-                {"id": n, "start": round(start * 1000), "end": round(end * 1000),
-                 "time_base": Fraction(1, 1000), "metadata": {"title": title}}
-                for n, (title, start, end) in enumerate(marks)])
+            container.set_chapters(chapter_entries(marks))
 
 
 def encode_to(blocks: Iterable[Audio], rate: int, fmt: str, sink: Sink,

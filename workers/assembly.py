@@ -18,7 +18,7 @@ import numpy as np
 import soundfile as sf
 import structlog
 
-from core.audio import EXTENSIONS, fade_edges, loudness_normalize
+from core.audio import EXTENSIONS, Mark, fade_edges, loudness_normalize
 from core.audio import encode_to as encode_blocks
 from core.keys import parts_prefix, version_prefix
 from core.lexicon import reader_for
@@ -238,7 +238,7 @@ def kept_fragment(store: MediaStore, key: str) -> fragments.Encoded | None:
     except FileNotFoundError:
         return None
     try:
-        with store.open(key.replace(".mp3", "-closing.mp3")) as f:
+        with store.open(fragments.closing_key(key)) as f:
             return fragments.Encoded(book, f.read())
     except FileNotFoundError:
         return fragments.Encoded(book)
@@ -248,54 +248,63 @@ def keep_fragment(store: MediaStore, key: str, encoded: fragments.Encoded) -> No
     """Store a group's fragment for the assembly (its closing variant first: the book's
     fragment is what says both are there)."""
     if encoded.closing is not None and encoded.closing is not encoded.book:
-        store.put(key.replace(".mp3", "-closing.mp3"), encoded.closing)
+        store.put(fragments.closing_key(key), encoded.closing)
     store.put(key, encoded.book)
 
 
-def _encode_mp3(segments: list[Segment], finished: Callable[[Segment], Audio],
-                timeline: Timeline, main: Path, chapter_files: list[Path], threads: int,
-                kept: Callable[[list[Segment], Segment | None], fragments.Encoded | None]
-                ) -> None:
-    """Join the book and its chapter files from MP3 fragments, one per group of segments
-    between two cuts of the timeline: those `kept` from earlier, the rest encoded here on
-    threads (fragments.py says how the joins stay exact)."""
+def _encode_fragments(segments: list[Segment], finished: Callable[[Segment], Audio],
+                      timeline: Timeline, fmt: str, main: Path, chapter_files: list[Path],
+                      marks: list[Mark], threads: int,
+                      kept: Callable[[list[Segment], Segment | None], fragments.Encoded | None]
+                      ) -> None:
+    """Join the book and its chapter files from MP3 or AAC fragments, one per group of
+    segments between two cuts of the timeline: those `kept` from earlier, the rest encoded
+    here on threads (fragments.py says how the joins stay exact). `marks`: the m4b's chapters."""
     cuts = [0, *timeline.breaks, len(segments)]
     groups = [segments[a:b] for a, b in itertools.pairwise(cuts)]
     after = [segments[b] if b < len(segments) else None for b in cuts[1:]]
+    rate = timeline.rate
+
+    def lengths(n: int) -> tuple[int, int]:
+        """Return group n's span in the book (to the next cut) and its speech."""
+        first, end = cuts[n], cuts[n + 1]
+        speech = timeline.starts[end - 1] + timeline.samples[end - 1] - timeline.starts[first]
+        span = (timeline.starts[end] if end < len(segments) else timeline.total) \
+            - timeline.starts[first]
+        return span, speech
 
     def whole(encoded: fragments.Encoded, n: int) -> bool:
         """Whether a kept fragment holds every frame it should (one still being written by
         a fragment task, or cut short, does not): its span, and the chapter's speech."""
-        first, rate = cuts[n], timeline.rate
+        span, speech = lengths(n)
         end = cuts[n + 1]
-        speech = timeline.starts[end - 1] + timeline.samples[end - 1] - timeline.starts[first]
-        span = (timeline.starts[end] if end < len(segments) else timeline.total) \
-            - timeline.starts[first]
-        book = span - fragments.overhead(rate) if end < len(segments) else span
-        if fragments.frames_in(encoded.book) != fragments.frames_for(book, rate):
+        book = span - fragments.overhead(rate, fmt) if end < len(segments) else span
+        if fragments.frames_in(encoded.book, fmt) != fragments.frames_for(book, rate, fmt):
             return False
         closes = end < len(segments) and segments[end].chapter != segments[end - 1].chapter
         return not closes or (encoded.closing is not None and fragments.frames_in(
-            encoded.closing) == fragments.frames_for(speech, rate))
+            encoded.closing, fmt) == fragments.frames_for(speech, rate, fmt))
 
     def fragment(n: int) -> fragments.Encoded:
         encoded = kept(groups[n], after[n])
         if encoded is None or not whole(encoded, n):
-            encoded = fragments.encode_group(groups[n], after[n], finished, timeline.rate)
+            encoded = fragments.encode_group(groups[n], after[n], finished, rate, fmt)
         return encoded
 
     files = iter(chapter_files)
     chapter_file: fragments.Joiner | None = None
-    with fragments.Joiner(main) as book, contextlib.ExitStack() as stack:
+    with fragments.Joiner(main, fmt, marks) as book, contextlib.ExitStack() as stack:
         encoded = stack.enter_context(
             contextlib.closing(ordered(fragment, range(len(groups)), threads)))
-        for piece in encoded:
-            book.add(piece.book)
+        for n, piece in enumerate(encoded):
+            span, speech = lengths(n)
+            book.add(piece.book, span)
             if not chapter_files:
                 continue
             if chapter_file is None:
-                chapter_file = stack.enter_context(fragments.Joiner(next(files)))
-            chapter_file.add(piece.closing or piece.book)
+                chapter_file = stack.enter_context(fragments.Joiner(next(files), fmt))
+            chapter_file.add(piece.closing or piece.book,
+                             speech if piece.closing is not None else span)
             if piece.closing is not None:  # the chapter ends here
                 chapter_file.close()
                 chapter_file = None
@@ -329,9 +338,9 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     if master:
         timeline = Timeline(segments, rate, lead=round(mastering.LEAD_SECONDS * rate),
                             tail=round(mastering.TAIL_SECONDS * rate))
-    elif fmt == "mp3":
-        frame = fragments.frame_samples(rate)
-        timeline = Timeline(segments, rate, frame, fragments.overhead(rate))
+    elif fmt in fragments.FORMATS:
+        timeline = Timeline(segments, rate, fragments.frame_samples(rate, fmt),
+                            fragments.overhead(rate, fmt))
     else:
         timeline = Timeline(segments, rate)
     spans = chapter_spans(job, segments, timeline)
@@ -343,11 +352,12 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         finished = functools.partial(finish, store=store, part_key=part_key, lufs=lufs,
                                      rate=rate, master=_targets(segments, spans, timeline)
                                      if master else None)
-        if fmt == "mp3" and not master:
+        if fmt in fragments.FORMATS and not master:
             prefix = parts_prefix(job.id)
-            _encode_mp3(segments, finished, timeline, main, files, threads,
-                        lambda group, following: kept_fragment(store, fragments.group_key(
-                            prefix, group, following, lufs, rate)))
+            _encode_fragments(segments, finished, timeline, fmt, main, files,
+                              [span.mark(rate) for span in spans], threads,
+                              lambda group, following: kept_fragment(store, fragments.group_key(
+                                  prefix, group, following, lufs, rate, fmt)))
         else:
             with contextlib.closing(ordered(finished, segments, threads)) as blocks:
                 _encode(segments, blocks, timeline, fmt, main,

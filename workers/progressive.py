@@ -1,4 +1,4 @@
-"""Progressive assembly: each MP3 fragment encoded as soon as its segments are done.
+"""Progressive assembly: each MP3 or m4b fragment encoded as soon as its segments are done.
 
 A GPU worker that finishes a segment asks `fragment_ready`; if the segment completed a
 fragment (workers/fragments.py), a CPU worker runs `encode_fragment` from the assembly
@@ -24,20 +24,20 @@ from workers.timeline import cuts_after
 
 log = structlog.get_logger()
 
-# How far around a finished segment to look for the cuts that bound its MP3 fragment. With
+# How far around a finished segment to look for the cuts that bound its fragment. With
 # the default silences every segment is a fragment of its own; a longer run without a cut is
 # left to the assembly.
 FRAGMENT_WINDOW = 32
 
 
 def fragment_ready(segment_id: uuid.UUID) -> tuple[uuid.UUID, int] | None:
-    """Return (job, first index) of the MP3 fragment whose last missing part this segment
+    """Return (job, first index) of the fragment whose last missing part this segment
     was, so that a CPU worker can encode it while the rest of the book is synthesised."""
     with session_scope() as session:
         found = session.execute(
             select(Segment.job_id, Segment.index, Job.segments_total)
             .join(Job, Job.id == Segment.job_id)
-            .where(Segment.id == segment_id, Job.response_format == "mp3",
+            .where(Segment.id == segment_id, Job.response_format.in_(fragments.FORMATS),
                    func.coalesce(Job.options["mastering"].as_string(), "") != "acx",
                    Job.status == JobStatus.in_progress)).first()
         if found is None:
@@ -66,15 +66,17 @@ def fragment_ready(segment_id: uuid.UUID) -> tuple[uuid.UUID, int] | None:
 
 
 def encode_fragment(job_id: uuid.UUID, first: int) -> bool:
-    """Encode and keep the MP3 fragment that starts at segment `first`; True if it did.
+    """Encode and keep the MP3 or AAC fragment that starts at segment `first`; True if it did.
 
     Idempotent, and only a head start: the assembly encodes whatever fragment is missing.
     """
     settings = get_settings()
     with session_scope() as session:
         job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
-        if job is None or job.status != JobStatus.in_progress or job.response_format != "mp3":
+        if job is None or job.status != JobStatus.in_progress \
+                or job.response_format not in fragments.FORMATS:
             return False
+        fmt = job.response_format
         rows = list(session.scalars(
             select(Segment).where(Segment.job_id == job_id,
                                   Segment.index.between(first, first + FRAGMENT_WINDOW + 1))
@@ -91,7 +93,8 @@ def encode_fragment(job_id: uuid.UUID, first: int) -> bool:
     store = store_for()
     with store.open(part_key(job_id, first)) as f:
         rate = sf.info(f).samplerate
-    key = fragments.group_key(parts_prefix(job_id), group, following, settings.loudness_lufs, rate)
+    key = fragments.group_key(parts_prefix(job_id), group, following, settings.loudness_lufs,
+                              rate, fmt)
     if assembly.kept_fragment(store, key) is not None:
         return False
 
@@ -99,6 +102,7 @@ def encode_fragment(job_id: uuid.UUID, first: int) -> bool:
         return assembly.finish(segment, store, lambda s: part_key(job_id, s.index),
                                settings.loudness_lufs, rate)
 
-    assembly.keep_fragment(store, key, fragments.encode_group(group, following, finished, rate))
+    assembly.keep_fragment(store, key,
+                           fragments.encode_group(group, following, finished, rate, fmt))
     log.info("fragment.encoded", job_id=str(job_id), first=first, segments=len(group))
     return True

@@ -347,14 +347,14 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
     if done.last:
         assemble.apply_async((str(done.job_id),), queue=assembly_queue())
     elif assembler_live() and (ready := progressive.fragment_ready(uuid.UUID(segment_id))):
-        # Its MP3 fragment can be encoded now, on a CPU worker, while the rest is synthesised:
+        # Its fragment (MP3, AAC) can be encoded now, on a CPU worker, while the rest is made:
         # what is left after the last segment is then a join, not the whole book's encode.
         encode_fragment.apply_async((str(ready[0]), ready[1]), queue=ASSEMBLY)
 
 
 @celery_app.task(name=ENCODE)
 def encode_fragment(job_id: str, first: int) -> None:
-    """Encode one MP3 fragment ahead of the assembly; any failure leaves it to the assembly."""
+    """Encode one fragment ahead of the assembly; any failure leaves it to the assembly."""
     structlog.contextvars.bind_contextvars(job_id=job_id)
     try:
         progressive.encode_fragment(uuid.UUID(job_id), first)
