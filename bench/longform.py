@@ -83,9 +83,10 @@ def raw_engine(chapters: list[dict[str, str]]) -> tuple[float, float, int]:
 
 def platform(chapters: list[dict[str, str]], fmt: str, env: dict[str, str] | None = None,
              extra: dict[str, Any] | None = None
-             ) -> tuple[float, float, int, dict[str, Any]]:
+             ) -> tuple[float, float, int, dict[str, Any], float]:
     """Submit the job to `narrator serve`; return wall s to completed, audio s, segments,
-    and the manifest."""
+    the manifest, and the s from the poll that first saw every segment done to the one that
+    saw `completed` (the assembly's tail, within the 0.2 s poll)."""
     with served(env) as url, httpx.Client(base_url=url, timeout=60) as http:
         warm = http.post("/v1/audio/jobs", json={"input": "Warm up."}).json()["id"]
         while http.get(f"/v1/audio/jobs/{warm}").json()["status"] != "completed":
@@ -93,15 +94,20 @@ def platform(chapters: list[dict[str, str]], fmt: str, env: dict[str, str] | Non
         start = time.perf_counter()
         job = http.post("/v1/audio/jobs", json={"chapters": chapters, "response_format": fmt,
                                                 "subtitles": ["srt"]} | (extra or {})).json()
+        all_done = None
         while job["status"] not in ("completed", "failed"):
             time.sleep(0.2)
             job = http.get(f"/v1/audio/jobs/{job['id']}").json()
+            if all_done is None and job["segments"]["total"] and \
+                    job["segments"]["done"] == job["segments"]["total"]:
+                all_done = time.perf_counter()
         wall = time.perf_counter() - start
+        tail = time.perf_counter() - (all_done or time.perf_counter())
         if job["status"] != "completed":
             raise RuntimeError(json.dumps(job["error"]))
         manifest = http.get(job["result"]["manifest_url"]).json()
     speech = sum(s["duration_seconds"] for s in manifest["segments"])  # as raw: no silences
-    return wall, speech, job["segments"]["total"], manifest
+    return wall, speech, job["segments"]["total"], manifest, tail
 
 
 def planning(chars: int) -> dict[str, Any]:
@@ -215,7 +221,7 @@ def main() -> None:
     raw_wall, raw_audio, raw_segments = raw_engine(chapters)
     raw_rate = raw_audio / raw_wall
     rows = [["raw Piper loop, one process", raw_segments, f"{raw_audio:.1f}", f"{raw_wall:.1f}",
-             f"{raw_rate:.2f}", "1.000"]]
+             f"{raw_rate:.2f}", "1.000", ""]]
     results: dict[str, Any] = {"chars": chars, "raw": {"wall_s": raw_wall,
                                                        "audio_s": raw_audio}}
     # Jobs with subtitles have their segments force-aligned (ALIGN_WORDS, the default): the
@@ -233,15 +239,17 @@ def main() -> None:
     for key, label, fmt, env, extra in runs:
         if args.only and key not in args.only:
             continue
-        wall, audio, segments, manifest = platform(chapters, fmt, env, extra)
+        wall, audio, segments, manifest, tail = platform(chapters, fmt, env, extra)
         mastered += manifest["checks"].get("mastering", {}).get("chapters", [])
         rate = audio / wall
         rows.append([f"job via narrator serve ({label})", segments, f"{audio:.1f}",
-                     f"{wall:.1f}", f"{rate:.2f}", f"{rate / raw_rate:.3f}"])
-        results[key] = {"wall_s": wall, "audio_s": audio, "ratio": rate / raw_rate}
+                     f"{wall:.1f}", f"{rate:.2f}", f"{rate / raw_rate:.3f}", f"{tail:.1f}"])
+        results[key] = {"wall_s": wall, "audio_s": audio, "ratio": rate / raw_rate,
+                        "tail_s": tail}
     print(f"{chars} characters in {len(chapters)} chapters, Piper on {os.cpu_count()} CPUs; "
           "audio s = speech only (the job's planned silences are not counted)")
-    print(table(["path", "segments", "audio s", "wall s", "audio-s/s", "ratio"], rows))
+    print(table(["path", "segments", "audio s", "wall s", "audio-s/s", "ratio",
+                 "last segment → completed, s"], rows))
     if mastered:
         print("\nACX mastering, each chapter file as the manifest measured it "
               "(RMS -23..-18, peak <= -3, floor <= -60, lead 0.5-1 s, tail 1-5 s):")
