@@ -353,7 +353,11 @@ def main() -> None:
     data = Path(tempfile.mkdtemp(prefix="narrator-gpu-"))
     os.environ |= {"NARRATOR_ENGINE": "vllm-omni", "NARRATOR_MODEL": args.model,
                    "NARRATOR_DATA_DIR": str(data), "NARRATOR_LOG_LEVEL": "WARNING",
-                   "NARRATOR_VLLM_MAX_IN_FLIGHT": str(max(args.concurrency))}
+                   "NARRATOR_VLLM_MAX_IN_FLIGHT": str(max(args.concurrency)),
+                   # The worker path's Celery worker runs in this process, which has held an
+                   # engine (torch, vLLM): its resident size is not a worker's, so no recycling
+                   # (seen: it recycled at 2,054 MiB and ended the run).
+                   "NARRATOR_WORKER_MAX_RSS_MB": "0"}
     if args.deploy_config:
         os.environ["NARRATOR_VLLM_DEPLOY_CONFIG"] = args.deploy_config
     os.environ |= dict(item.split("=", 1) for item in args.env)
