@@ -18,6 +18,7 @@ joins that daemon and starts none. Where `nvidia-cuda-mps-control` is missing, o
 does not answer, the engine runs without MPS and says so in the log.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -57,8 +58,9 @@ def start() -> Path | None:
         Path(sub).mkdir(parents=True, exist_ok=True)
     # A daemon left by an engine that was killed answers on the same pipe: this start then
     # fails, and the engine joins it.
-    subprocess.run([binary, "-d"], env=os.environ | env, capture_output=True, timeout=30,
-                   check=False)
+    with contextlib.suppress(subprocess.TimeoutExpired):  # whether one answers decides
+        subprocess.run([binary, "-d"], env=os.environ | env, capture_output=True, timeout=30,
+                       check=False)
     if not _answers(binary, env):
         log.warning("mps.failed", folder=str(folder),
                     log=_tail(Path(env[LOGS]) / "control.log"))
