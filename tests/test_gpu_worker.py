@@ -12,6 +12,7 @@ well under one segment's time.
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -87,6 +88,34 @@ def test_a_saturated_worker_answers_sync_and_streamed_speech_at_once(gpu_stack: 
         assert job["segments"]["done"] < job["segments"]["total"] - 4  # still saturated
         # The request itself takes 0.25 s on the double; behind the batch it took >= 3 s.
         assert max(timings) < SEGMENT_SECONDS * 0.5, timings
+        assert wait_job(http, job_id, timeout=120)["status"] == "completed"
+
+
+def test_as_many_streams_as_realtime_sequences_all_start_at_once(gpu_stack: Stack) -> None:
+    """The default lane has a thread for each of the VLLM_REALTIME_SEQUENCES (16) the deploy
+    config keeps: 12 streamed answers of 2 s each sent at once beside a saturating job all
+    start within the first second. With fewer lane threads than requests, the rest would
+    wait on the broker for a whole answer (2 s) to end."""
+    frames = 200  # 2 s on the double
+
+    def first_audio(http: httpx.Client) -> float:
+        started = time.monotonic()
+        with http.stream("POST", "/v1/audio/speech", json={
+                "input": "All at once, please.", "voice": "ryan", "max_new_tokens": frames,
+                "response_format": "pcm", "stream_format": "audio"}) as response:
+            assert response.status_code == 200
+            chunks = response.iter_bytes()
+            next(chunks)
+            first = time.monotonic() - started
+            assert len(b"".join(chunks)) > 0
+        return first
+
+    with gpu_stack.client() as http:
+        job_id = _saturate(http)
+        with ThreadPoolExecutor(12) as pool:
+            firsts = list(pool.map(first_audio, [http] * 12))
+        assert http.get(f"/v1/audio/jobs/{job_id}").json()["status"] == "in_progress"
+        assert max(firsts) < frames * 0.01 / 2, sorted(firsts)
         assert wait_job(http, job_id, timeout=120)["status"] == "completed"
 
 

@@ -53,9 +53,12 @@ class WorkerSettings(CoreSettings):
     # Worker threads; 0: 1.5 x the in-flight bound, so finished segments are written while
     # new ones already occupy the engine (bench.worker_overhead).
     worker_threads: int = 0
-    # Threads only sync speech uses (the realtime lane); 0: 8 on vLLM-Omni (within the
-    # VLLM_REALTIME_SEQUENCES its deploy config keeps above VLLM_MAX_IN_FLIGHT), 1 on Piper
-    # (ONNX Runtime uses every core).
+    # Threads only sync speech uses (the realtime lane); 0: on vLLM-Omni one per sequence
+    # its deploy config keeps above VLLM_MAX_IN_FLIGHT (VLLM_REALTIME_SEQUENCES, 16): a
+    # lane thread only waits on the engine, and a request queued at the lane waits first
+    # come, first served for a whole answer to end, where one in the engine goes first
+    # (priority) into the next slot any sequence frees. 1 on Piper (ONNX Runtime uses every
+    # core).
     realtime_threads: int = 0
     # A sync request's sentences are spoken in at most this many pieces at once, joined with
     # SENTENCE_GAP_SECONDS: a 20 s answer then takes what its longest piece takes, not what
@@ -87,7 +90,9 @@ class WorkerSettings(CoreSettings):
     @property
     def realtime_lane_threads(self) -> int:
         """Return the realtime lane's thread count."""
-        return self.realtime_threads or (1 if self.engine == "piper" else 8)
+        if self.realtime_threads:
+            return self.realtime_threads
+        return 1 if self.engine == "piper" else self.vllm_realtime_sequences
 
     @property
     def sync_piece_limit(self) -> int:

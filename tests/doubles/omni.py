@@ -80,7 +80,8 @@ class FakeOmni:
 
 
 class SlowOmni(FakeOmni):
-    """FakeOmni that takes `seconds_per_frame` per frame, as a GPU step would.
+    """FakeOmni that takes `seconds_per_frame` per frame, as a GPU step would: a streamed
+    request's chunks come as their frames are made, a whole one's audio at its end.
 
     `peak` is the most requests it has held at once (the engine's batch size).
     """
@@ -94,10 +95,15 @@ class SlowOmni(FakeOmni):
                        sampling_params_list: list[Any], priority: int) -> AsyncIterator[Any]:
         self.running += 1  # on the engine's one event loop: no lock needed
         self.peak = max(self.peak, self.running)
+        frames, made = sampling_params_list[0].max_tokens, 0
+        whole = sampling_params_list[0].output_kind is OutputKind.FINAL_ONLY
         try:
-            await asyncio.sleep(sampling_params_list[0].max_tokens * self.seconds_per_frame)
             async for item in super().generate(prompt, request_id, sampling_params_list,
                                                priority):
+                if item.request_output is not None:  # audio: its frames take their time
+                    step = frames - made if whole else min(25, frames - made)
+                    await asyncio.sleep(step * self.seconds_per_frame)
+                    made += step
                 yield item
         finally:
             self.running -= 1
