@@ -70,7 +70,7 @@ def main() -> None:
         heard = recognizer.transcribe(clip, rate, text)
         spent += time.perf_counter() - began
         heard_s += len(clip) / rate
-        return word_error_rate(words_of(text), heard or [])
+        return word_error_rate(words_of(text), [w.word for w in heard or []])
 
     rates: dict[str, list[float]] = {"clean": [], "dropped": [], "swapped": []}
     for n, (g, clip, text) in enumerate(zip(groups, audio, texts, strict=True)):

@@ -171,7 +171,7 @@ def fruit_heard(audio: bytes) -> set[str]:
     heard = SphinxAligner().transcribe(np.asarray(samples, dtype=np.float32), rate,
                                        f"{TOMATO} {TOMATO.replace('tomato', 'banana')}")
     assert heard is not None
-    return {"tomato", "banana"} & set(heard)
+    return {"tomato", "banana"} & {w.word for w in heard}
 
 
 def wait_job(client: httpx.Client, job_id: str, timeout: float = 120,

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
-from workers.aligners import Word, words_of
-from workers.aligners.sphinx import SphinxAligner, _fill
+from workers.aligners import Word, fill, placed, words_of
+from workers.aligners.sphinx import SphinxAligner
 from workers.alignment import word_error_rate
 from workers.engines import SpeechRequest
 from workers.settings import WorkerSettings
@@ -85,7 +85,7 @@ def test_threads_hearing_at_once_get_what_one_thread_gets(
     margin = WorkerSettings().verify_wer_margin
     for heard, said in zip(alone, TEXTS, strict=True):
         assert heard is not None
-        assert word_error_rate(words_of(said), heard) < margin
+        assert word_error_rate(words_of(said), [w.word for w in heard]) < margin
     with ThreadPoolExecutor(8) as pool:
         together = list(pool.map(lambda n: aligner.transcribe(clips[n % 4], rate,
                                                               TEXTS[n % 4]), range(16)))
@@ -112,7 +112,7 @@ def test_nothing_to_align_gives_none() -> None:
 
 def test_unplaced_runs_share_their_gap_by_letters() -> None:
     placed = [Word("a", 0, 10), None, None, Word("d", 100, 110)]
-    filled = _fill(["a", "bb", "cccc", "d"], placed, 200, rate=100)  # 60 ms: room enough
+    filled = fill(["a", "bb", "cccc", "d"], placed, 200, rate=100)  # 60 ms: room enough
     assert [(w.word, w.start, w.end, w.estimated) for w in filled] == [
         ("a", 0, 10, False), ("bb", 10, 40, True), ("cccc", 40, 100, True),
         ("d", 100, 110, False)]
@@ -120,7 +120,7 @@ def test_unplaced_runs_share_their_gap_by_letters() -> None:
 
 def test_an_unplaced_word_with_no_gap_shares_its_neighbours_spans() -> None:
     placed = [Word("a", 0, 10), None, Word("cc", 10, 40)]
-    filled = _fill(["a", "bbb", "cc"], placed, 100, rate=1000)  # no room at all
+    filled = fill(["a", "bbb", "cc"], placed, 100, rate=1000)  # no room at all
     assert [(w.word, w.start, w.end, w.estimated) for w in filled] == [
         ("a", 0, 7, True), ("bbb", 7, 27, True), ("cc", 27, 40, True)]
 
@@ -447,3 +447,40 @@ def test_the_best_take_is_the_lowest_error_rate_and_retakes_stop_at_the_budget()
     piper = Segment(index=2, quality={"verify": {"retakes": False}})
     assert to_retake([fresh, spent, piper], [0, 1, 2], 2) == [fresh]
     assert to_retake([fresh, spent, piper], [1], 3) == [spent]
+
+
+def test_words_heard_in_place_take_the_spans_they_were_heard_at() -> None:
+    heard = [Word("the", 0, 10), Word("ferry", 12, 40), Word("left", 45, 60),
+             Word("at", 80, 90), Word("seven", 92, 110), Word("sharp", 111, 125),
+             Word("today", 126, 150), Word("and", 151, 160), Word("then", 161, 170)]
+    said = ["the", "ferry", "left", "late", "at", "seven", "sharp", "today", "and", "then"]
+    words = placed(said, heard, 200, rate=100)  # "late" unheard in its 200 ms: 9 of 10
+    assert words is not None
+    assert [(w.word, w.start, w.end, w.estimated) for w in words[:3]] == [
+        ("the", 0, 10, False), ("ferry", 12, 40, False), ("left", 45, 60, False)]
+    late = words[3]
+    assert late.word == "late"
+    assert late.estimated
+    assert words[2].end <= late.start < late.end <= words[4].start
+    assert placed(said[:4] + ["home"] * 6, heard, 200, rate=100) is None  # too few in place
+
+
+def test_a_clean_segment_heard_is_placed_as_the_aligner_places_it(
+        spoken: tuple[list[np.ndarray], int]) -> None:
+    """The recogniser's spans of a clean segment land where forced alignment puts the same
+    words (bench.align measured both against the truth; here they are held to each other)."""
+    clips, rate = spoken
+    aligner = SphinxAligner()
+    for clip, said in zip(clips, TEXTS, strict=True):
+        heard = aligner.transcribe(clip, rate, said)
+        assert heard is not None
+        words = placed(words_of(said), heard, len(clip), rate)
+        forced = aligner.align(clip, rate, said)
+        assert words is not None
+        assert forced is not None
+        assert [w.word for w in words] == words_of(said)
+        assert all(a.start <= a.end <= b.start for a, b in itertools.pairwise(words))
+        assert words[-1].end <= len(clip)
+        for mine, theirs in zip(words, forced, strict=True):
+            if not mine.estimated:
+                assert abs(mine.start - theirs.start) < 0.15 * rate, (mine, theirs)

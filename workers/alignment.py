@@ -27,7 +27,7 @@ from models import Job, JobStatus, Segment, SegmentStatus
 from models.db import session_scope
 from storage import MediaStore, store_for
 from workers import assembly
-from workers.aligners import Aligner, Word, words_of
+from workers.aligners import Aligner, Word, placed, words_of
 from workers.aligners.pool import PooledAligner
 from workers.assembly import cores
 from workers.settings import get_settings
@@ -172,19 +172,24 @@ def _check_part(job: Job, segment: Segment, store: MediaStore, checker: Any, *, 
     text = reader_for(job.options | (segment.overrides or {}),
                       get_settings().normalize_text)(segment.text)
     words = wer = None
+    # Heard first: where the recogniser heard the text's words in place, its spans place
+    # them (aligners.placed) and the segment is decoded once, not twice.
+    heard = checker.transcribe(audio, rate, text) if hear else None
     if align:
-        words = checker.align(audio, rate, text)
+        if heard is not None:
+            words = placed(words_of(text), heard, len(audio), rate)
+        if words is None:
+            words = checker.align(audio, rate, text)
         if words is None:
             log.info("segment.align_failed", job_id=str(job.id), segment=segment.index)
         else:
             store.put(words_key(job.id, segment), json.dumps(
                 [[w.word, w.start, w.end, w.estimated] for w in words]).encode())
-    if hear:
-        heard = checker.transcribe(audio, rate, text)
-        if heard is not None:
-            wer = word_error_rate(words_of(text), heard)
-            store.put(heard_key(job.id, segment), json.dumps(
-                {"heard": " ".join(heard), "wer": wer}).encode())
+    if heard is not None:
+        said = [w.word for w in heard]
+        wer = word_error_rate(words_of(text), said)
+        store.put(heard_key(job.id, segment), json.dumps(
+            {"heard": " ".join(said), "wer": wer}).encode())
     return words, wer
 
 

@@ -35,7 +35,7 @@ def _align(audio: Audio, rate: int, text: str) -> list[Word] | None:
     return aligner.align(audio, rate, text)
 
 
-def _transcribe(audio: Audio, rate: int, text: str) -> list[str] | None:
+def _transcribe(audio: Audio, rate: int, text: str) -> list[Word] | None:
     assert _CHILD is not None, "not a pool process"
     recognizer: Recognizer = _CHILD
     return recognizer.transcribe(audio, rate, text)
@@ -64,9 +64,9 @@ class PooledAligner:
         words: list[Word] | None = self._run(_align, np.asarray(audio, np.float32), rate, text)
         return words
 
-    def transcribe(self, audio: Audio, rate: int, text: str) -> list[str] | None:
+    def transcribe(self, audio: Audio, rate: int, text: str) -> list[Word] | None:
         """Recognise in a free pool process (see workers.aligners.Recognizer)."""
-        heard: list[str] | None = self._run(_transcribe, np.asarray(audio, np.float32), rate,
+        heard: list[Word] | None = self._run(_transcribe, np.asarray(audio, np.float32), rate,
                                             text)
         return heard
 

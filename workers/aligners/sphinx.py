@@ -21,10 +21,9 @@ import numpy as np
 import soxr
 
 from core.audio import Audio
-from workers.aligners import Word, words_of
+from workers.aligners import Word, fill, words_of
 
 RATE = 16000  # the acoustic model's sample rate
-MIN_LETTER_SECONDS = 0.04  # a gap shorter than this per letter cannot hold the word
 
 
 class SphinxAligner:
@@ -53,9 +52,10 @@ class SphinxAligner:
                                     loglevel="FATAL")
         return self._decoder
 
-    def transcribe(self, audio: Audio, rate: int, text: str) -> list[str] | None:
+    def transcribe(self, audio: Audio, rate: int, text: str) -> list[Word] | None:
         """Return the words heard in `audio` against a language model of `text`'s own words
-        (a bigram model, so any order and any subset can be heard), or None."""
+        (a bigram model, so any order and any subset can be heard), each with where it was
+        heard in samples at `rate`, or None."""
         words = words_of(text)
         if not words or not len(audio):
             return None
@@ -79,10 +79,13 @@ class SphinxAligner:
                     recognizer.start_utt()
                     recognizer.process_raw(raw, full_utt=True)
                     recognizer.end_utt()
-                    hyp = recognizer.hyp()
+                    spans = [(s.word.split("(")[0], s.start_frame, s.end_frame + 1)
+                             for s in recognizer.seg() if not s.word.startswith(("<", "["))]
                 except RuntimeError:
                     return None
-        return words_of(hyp.hypstr if hyp is not None else "")
+        scale = rate / 100  # frames (10 ms) to samples at the caller's rate
+        return [Word(word, min(round(start * scale), len(audio)),
+                     min(round(end * scale), len(audio))) for word, start, end in spans]
 
     def _recognizer_built(self) -> Any:  # under the lock
         if self._recognizer is None:
@@ -131,7 +134,7 @@ class SphinxAligner:
             _, start, end = next(placed)
             out.append(Word(word, min(round(start * scale), len(audio)),
                             min(round(end * scale), len(audio))))
-        return _fill(words, out, len(audio), rate)
+        return fill(words, out, len(audio), rate)
 
 
 
@@ -158,41 +161,3 @@ def _pcm16(audio: Audio, rate: int) -> bytes:
     """The acoustic model's input: 16-bit PCM at 16 kHz."""
     pcm = soxr.resample(np.asarray(audio, dtype=np.float32), rate, RATE)
     return bytes((np.clip(pcm, -1.0, 1.0) * 32767.0).astype(np.int16).tobytes())
-
-
-def _fill(words: list[str], placed: list[Word | None], samples: int,
-          rate: int = RATE) -> list[Word]:
-    """Place the words the aligner left out, by letter count, between their neighbours.
-
-    Left out of the alignment text, a word's sound is usually taken by its neighbours; when
-    the gap they leave is under MIN_LETTER_SECONDS per letter, the neighbours' spans are
-    shared out with it (and marked estimated too).
-    """
-    out: list[Word | None] = list(placed)
-    n = 0
-    while n < len(words):
-        if out[n] is not None:
-            n += 1
-            continue
-        first, last = n, n
-        while last < len(words) and out[last] is None:
-            last += 1
-        letters = sum(len(w) for w in words[first:last])
-        before = out[first - 1] if first else None
-        after = out[last] if last < len(words) else None
-        begin = before.end if before is not None else 0
-        finish = after.start if after is not None else samples
-        if finish - begin < letters * MIN_LETTER_SECONDS * rate:
-            if before is not None:
-                first, begin = first - 1, before.start
-            if after is not None:
-                last, finish = last + 1, after.end
-        span = words[first:last]
-        total = sum(len(w) for w in span)
-        at = float(begin)
-        for k, w in enumerate(span, first):
-            size = (finish - begin) * len(w) / total
-            out[k] = Word(w, round(at), round(at + size), estimated=True)
-            at += size
-        n = last
-    return [w for w in out if w is not None]
