@@ -116,4 +116,3 @@ def fill(words: list[str], spans: list[Word | None], samples: int, rate: int) ->
             at += size
         n = last
     return [w for w in out if w is not None]
-
