@@ -211,9 +211,14 @@ def save(name: str, data: dict[str, Any]) -> Path:
 
 
 class GpuBusy:
-    """Samples nvidia-smi's utilisation.gpu and memory.used, and the load average, each 0.5 s."""
+    """Samples nvidia-smi's utilisation.gpu and memory.used, and the load average, each 0.5 s.
 
-    def __init__(self) -> None:
+    On a host of several GPUs: the mean utilisation over `devices` (default all of them) and
+    the peak memory of any one.
+    """
+
+    def __init__(self, devices: list[int] | None = None) -> None:
+        self.devices = devices
         self.samples: list[tuple[float, float, float]] = []
         self.load: list[tuple[float, float]] = []  # 1-minute load average: CPU contention
         self._stop = threading.Event()
@@ -224,11 +229,15 @@ class GpuBusy:
     def _run(self) -> None:
         while not self._stop.wait(0.5):
             with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
-                out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
-                                      "--format=csv,noheader,nounits"], capture_output=True,
-                                     text=True, timeout=5).stdout.splitlines()[0]
-                busy, used = (float(v) for v in out.split(","))
-                self.samples.append((time.monotonic(), busy, used))
+                lines = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
+                                        "--format=csv,noheader,nounits"], capture_output=True,
+                                       text=True, timeout=5).stdout.splitlines()
+                gpus = [[float(v) for v in line.split(",")] for line in lines if line.strip()]
+                if len(gpus) > 1 and self.devices:
+                    gpus = [gpus[i] for i in self.devices if i < len(gpus)]
+                # Several GPUs: the mean utilisation over them, the peak memory of any one.
+                self.samples.append((time.monotonic(), statistics.mean(b for b, _ in gpus),
+                                     max(m for _, m in gpus)))
                 self.load.append((time.monotonic(), os.getloadavg()[0]))
 
     def mean(self, start: float, end: float) -> str:
@@ -243,3 +252,44 @@ class GpuBusy:
     def stop(self) -> None:
         """Stop sampling."""
         self._stop.set()
+
+
+def thread_cpu() -> dict[tuple[int, int], tuple[str, str, float]]:
+    """Return every thread on this host: (pid, tid) -> (process name, thread name, CPU s).
+
+    Read from /proc (Linux); two snapshots' difference says which threads a phase kept
+    busy: a thread near one core is a GIL or a loop that cannot go faster.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[tuple[int, int], tuple[str, str, float]] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            name = (proc / "comm").read_text().strip()
+            if name.startswith("python"):  # say which: `narrator worker`, an engine child
+                argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                name = " ".join(a for a in argv[1:] if a and a not in ("-P", "-m", "-c"))[:40]
+            for task in (proc / "task").iterdir():
+                stat = (task / "stat").read_text()
+                fields = stat[stat.rindex(")") + 2:].split()
+                found[(int(proc.name), int(task.name))] = (
+                    name, (task / "comm").read_text().strip(),
+                    (int(fields[11]) + int(fields[12])) / tick)
+    return found
+
+
+def busiest_threads(before: dict[tuple[int, int], tuple[str, str, float]],
+                    after: dict[tuple[int, int], tuple[str, str, float]], seconds: float,
+                    top: int = 12) -> dict[str, Any]:
+    """Cores used between two thread_cpu() snapshots: per process, and the busiest threads."""
+    used = {key: (name, thread, cpu - before.get(key, (name, thread, 0.0))[2])
+            for key, (name, thread, cpu) in after.items()}
+    processes: dict[str, float] = {}
+    for (pid, _), (name, _, cpu) in used.items():
+        processes[f"{name}[{pid}]"] = processes.get(f"{name}[{pid}]", 0.0) + cpu
+    threads = sorted(((cpu, f"{name}[{pid}]/{thread}[{tid}]") for (pid, tid), (name, thread, cpu)
+                      in used.items()), reverse=True)[:top]
+    return {"seconds": round(seconds, 1),
+            "host_cores": round(sum(processes.values()) / seconds, 2),
+            "processes": {k: round(v / seconds, 2) for k, v in sorted(
+                processes.items(), key=lambda kv: -kv[1])[:top]},
+            "threads": {label: round(cpu / seconds, 2) for cpu, label in threads}}

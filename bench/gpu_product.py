@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import GpuBusy, free_port, save, table
+from bench.common import GpuBusy, busiest_threads, free_port, save, table, thread_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -247,14 +247,86 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str
                                     "jobs_still_running": saturated})
     client.wait(*jobs)
     phase(out, "saturated_gpu", busy.mean(probe_start, time.monotonic()))
-    started = time.monotonic()
-    jobs = [client.submit(args.segments, f"sustained-{n}") for n in range(args.jobs)]
-    audio = client.wait(*jobs)
-    wall = time.monotonic() - started
-    phase(out, "sustained", {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
-                             "synthesis_s": max(client.synthesized[j] for j in jobs) - started,
-                             "gpu": busy.mean(started, started + wall)})
+    phase(out, "sustained", sustained(client, args.segments, args.jobs, busy, "sustained"))
     return out
+
+
+def sustained(client: Client, segments: int, jobs: int, busy: GpuBusy, tag: str,
+              ) -> dict[str, Any]:
+    """JOBS jobs of SEGMENTS submitted together: their rate, GPU, and the host's CPU by
+    process and busiest thread (a thread near one core cannot go faster)."""
+    before = thread_cpu()
+    started = time.monotonic()
+    ids = [client.submit(segments, f"{tag}-{n}") for n in range(jobs)]
+    audio = client.wait(*ids)
+    wall = time.monotonic() - started
+    return {"wall_s": wall, "audio_s": audio, "rate": audio / wall,
+            "synthesis_s": max(client.synthesized[j] for j in ids) - started,
+            "gpu": busy.mean(started, started + wall),
+            "cpu": busiest_threads(before, thread_cpu(), wall)}
+
+
+def scale_out(client: Client, args: argparse.Namespace, busy: GpuBusy,
+              workers: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+    """One job of SEGMENTS and JOBS such jobs together, with every GPU worker, then again
+    with one after the others stopped (SIGTERM, as an operator scales down)."""
+    out: dict[str, Any] = {}
+    for count in (len(workers), 1):
+        for worker in workers[count:]:
+            stop(worker)
+        del workers[count:]
+        phase(out, f"one_job_{count}", sustained(client, args.segments, 1, busy, f"one-{count}"))
+        phase(out, f"sustained_{count}",
+              sustained(client, args.segments, args.jobs, busy, f"all-{count}"))
+    return out
+
+
+def restart(url: str, args: argparse.Namespace, worker: subprocess.Popen[bytes],
+            env: dict[str, str], log: Path) -> dict[str, Any]:
+    """Stop the GPU worker and start it again (warm caches): seconds to ready, and where
+    they went by its log (engine stages, warm-up)."""
+    stop(worker)
+    for _ in range(120):  # until its registry record is gone: the assembly worker's stays
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            if httpx.get(f"{url}/readyz", timeout=5).json()["workers"].get("ready", 0) <= 1:
+                break
+        time.sleep(0.5)
+    mark = log.stat().st_size
+    again = start(["worker"], env, log)
+    try:
+        seconds = wait_ready(url, args.start_timeout, [again], 2)
+    finally:
+        stop(again)
+    return {"seconds": seconds, "steps": start_steps(log.read_bytes()[mark:].decode(
+        errors="replace"))}
+
+
+# Lines of a worker's start, as vLLM, vLLM-Omni and Narrator log them (first match each).
+START_STEPS = [
+    ("stage 0 process spawned", "Stage-0 set runtime devices"),
+    ("stage 0 engine initialising", "stage0_replica0"),
+    ("stage 0 weights loaded", "Model loading took"),
+    ("stage 0 ready", "Stage 0 initialized"),
+    ("stage 1 engine initialising", "stage1_replica0"),
+    ("stage 1 ready", "Stage 1 initialized"),
+    ("engine started", "engine.started"),
+    ("warmed up", "engine.warmed_up"),
+    ("ready", "engine.ready"),
+]
+
+
+def start_steps(text: str) -> list[tuple[str, str]]:
+    """Return the wall-clock time of each START_STEPS line found in a worker's log."""
+    import re
+
+    found = []
+    for name, needle in START_STEPS:
+        for line in text.splitlines():
+            if needle in line:
+                stamp = re.search(r"\d\d:\d\d:\d\d(\.\d+)?", line)
+                found.append((name, stamp.group(0) if stamp else "?"))
+                break
+    return found
 
 
 def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -> dict[str, Any]:
@@ -283,18 +355,50 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             # This one takes only the assembly queue and so loads no engine.
             processes.append(start(["worker", "--queues", "assembly"], env,
                                    logs / "cpu-worker.log"))
-            processes.append(start(["worker"], env, logs / "worker.log"))
+            cold = start_workers(args, env, logs, url, processes)
         else:
             processes.append(start(["serve", "--port", str(port)], env, logs / "serve.log"))
+            cold = wait_ready(url, args.start_timeout, processes)
         try:
-            cold = wait_ready(url, args.start_timeout, processes, len(processes) - 1 or 1)
             print("PHASE", mode, "cold_start_s", f"{cold:.1f}", flush=True)
             voice = httpx.get(f"{url}/v1/audio/voices").json()["voices"][0]["id"]
-            result = {"cold_start_s": cold} | measure(Client(url, voice, args.frames), args, busy)
+            client = Client(url, voice, args.frames)
+            gpu_workers = processes[2:]
+            result = {"cold_start_s": cold} | (
+                scale_out(client, args, busy, gpu_workers) if args.scale_out
+                else measure(client, args, busy))
+            if args.restart and mode == "production":
+                phase(result, "restart", restart(url, args, gpu_workers[0], env,
+                                                 logs / "worker.log"))
         finally:
             for process in reversed(processes):
                 stop(process)
     return result
+
+
+def gpu_count() -> int:
+    """Return the GPUs nvidia-smi lists (CUDA_VISIBLE_DEVICES aside), at least 1."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        return max(1, len(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                                         timeout=20).stdout.splitlines()))
+    return 1
+
+
+def start_workers(args: argparse.Namespace, env: dict[str, str], logs: Path, url: str,
+                  processes: list[subprocess.Popen[bytes]]) -> float:
+    """Start WORKERS GPU workers, as a multi-GPU host runs them: one per GPU
+    (CUDA_VISIBLE_DEVICES), all at once. More workers than GPUs share them, and then start
+    one after another: vLLM sizes its memory by what is free while it starts. Return the
+    seconds until every one is ready."""
+    gpus = gpu_count()
+    started = time.monotonic()
+    for n in range(args.workers):
+        worker_env = env | ({"CUDA_VISIBLE_DEVICES": str(n % gpus)} if gpus > 1 else {})
+        processes.append(start(["worker"], worker_env, logs / f"worker{n or ''}.log"))
+        if args.workers > gpus:  # the assembly worker is ready too
+            wait_ready(url, args.start_timeout, processes, n + 2)
+    wait_ready(url, args.start_timeout, processes, args.workers + 1)
+    return time.monotonic() - started
 
 
 def raw_rate(args: argparse.Namespace, in_flight: int, folder: Path) -> dict[str, Any] | None:
@@ -347,6 +451,13 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=3.0)
     parser.add_argument("--probe-gap", type=float, default=2.0)
     parser.add_argument("--raw", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="GPU workers: one per GPU, or sharing them when more")
+    parser.add_argument("--scale-out", action="store_true",
+                        help="instead of the phases: one job and JOBS jobs with every GPU "
+                             "worker, then with one")
+    parser.add_argument("--restart", action="store_true",
+                        help="then stop the GPU worker and time its restart (warm caches)")
     parser.add_argument("--database-url", default="")
     parser.add_argument("--redis-url", default="")
     parser.add_argument("--redis-server", default="redis-server")
@@ -366,45 +477,77 @@ def main() -> None:
     raw = bare["rate"] if bare else None
     rows = []
     for mode, r in results.items():
-        sustained = r["sustained"]["rate"]
-        rows += [
-            [mode, "cold start to ready", f"{r['cold_start_s']:.1f} s", ""],
-            [mode, f"first job ({args.segments} segments)",
-             f"{r['first_job']['wall_s']:.1f} s, {r['first_job']['rate']:.1f} audio-s/s",
-             f"last segment at {r['first_job']['synthesis_s']:.1f} s; "
-             f"GPU {r['first_job']['gpu']}"],
-            [mode, f"sustained ({args.jobs} jobs)", f"{sustained:.1f} audio-s/s",
-             f"last segment at {r['sustained']['synthesis_s']:.1f} s of "
-             f"{r['sustained']['wall_s']:.1f}; GPU {r['sustained']['gpu']}"],
-            [mode, f"first job ÷ raw AsyncOmni at {in_flight}",
-             f"{r['first_job']['rate'] / raw:.3f}" if raw else "not run", ""],
-            [mode, f"sustained ÷ raw AsyncOmni at {in_flight}",
-             f"{sustained / raw:.3f}" if raw else "not run", f"raw {raw:.1f}" if raw else ""],
-            [mode, "streamed first audio, alone (p50 / p99)", percentiles(r["ttfa_alone"]), ""],
-            [mode, "streamed first audio, saturated (p50 / p99)",
-             percentiles(r["ttfa_saturated"]),
-             ("engine full throughout" if r["probes_saturated"]["jobs_still_running"]
-              else "JOBS ENDED BEFORE THE PROBES") + (
-                 f"; bare engine under {in_flight}: median "
-                 f"{statistics.median(bare['ttfa_load_ms']):.0f} ms"
-                 if bare and bare.get("ttfa_load_ms") else "")],
-            [mode, f"sync wav of {args.frames * 0.08:.0f} s, one sentence, saturated "
-             "(p50 / max)", f"{statistics.median(r['sync_saturated']):.2f} / "
-             f"{max(r['sync_saturated']):.2f} s", f"GPU {r['saturated_gpu']}"],
-            [mode, f"sync wav of {args.frames * 0.08:.0f} s, four sentences, saturated "
-             "(p50 / max)", f"{statistics.median(r['sync_sentences_saturated']):.2f} / "
-             f"{max(r['sync_sentences_saturated']):.2f} s", "spoken at once (SYNC_PIECES)"],
-        ]
-        if r.get("sync_clauses_saturated"):
-            rows.append([mode, f"sync wav of {args.frames * 0.08:.0f} s, one long sentence, "
-                         "saturated (p50 / max)",
-                         f"{statistics.median(r['sync_clauses_saturated']):.2f} / "
-                         f"{max(r['sync_clauses_saturated']):.2f} s",
-                         "its clauses spoken at once (SYNC_PIECES)"])
+        if args.scale_out:
+            rows += scale_rows(mode, r, args)
+        else:
+            rows += phase_rows(mode, r, args, raw, bare, in_flight)
+        if r.get("restart"):
+            rows.append([mode, "restart, warm caches: stop -> ready",
+                         f"{r['restart']['seconds']:.1f} s",
+                         "; ".join(f"{name} {at}" for name, at in r["restart"]["steps"])])
     if args.double:
         print("ENGINE DOUBLE: these timings prove the harness, not a GPU.")
     print(table(["mode", "measure", "result", "note"], rows))
+    for mode, r in results.items():  # where the host's CPU went while jobs ran
+        for name, value in r.items():
+            if isinstance(value, dict) and "cpu" in value:
+                print(f"CPU {mode} {name}: {json.dumps(value['cpu'])}")
     save(args.label, {"args": vars(args), "raw": raw, "bare": bare, "results": results})
+
+
+def scale_rows(mode: str, r: dict[str, Any], args: argparse.Namespace) -> list[list[str]]:
+    """The scale-out table: every worker against one, same run."""
+    rows = [[mode, f"cold start, {args.workers} GPU workers", f"{r['cold_start_s']:.1f} s", ""]]
+    for name, label in (("one_job", f"one job of {args.segments} segments"),
+                        ("sustained", f"{args.jobs} jobs of {args.segments} together")):
+        for count in (args.workers, 1):
+            x = r[f"{name}_{count}"]
+            rows.append([mode, f"{label}, {count} GPU worker(s)",
+                         f"{x['rate']:.1f} audio-s/s", f"{x['wall_s']:.1f} s; GPU {x['gpu']}"])
+        rows.append([mode, f"{label}: {args.workers} workers ÷ 1",
+                     f"{r[f'{name}_{args.workers}']['rate'] / r[f'{name}_1']['rate']:.2f}", ""])
+    return rows
+
+
+def phase_rows(mode: str, r: dict[str, Any], args: argparse.Namespace, raw: float | None,
+               bare: dict[str, Any] | None, in_flight: int) -> list[list[str]]:
+    """The product's table: jobs against the bare engine, first audio, sync."""
+    sustained = r["sustained"]["rate"]
+    rows = [
+        [mode, "cold start to ready", f"{r['cold_start_s']:.1f} s", ""],
+        [mode, f"first job ({args.segments} segments)",
+         f"{r['first_job']['wall_s']:.1f} s, {r['first_job']['rate']:.1f} audio-s/s",
+         f"last segment at {r['first_job']['synthesis_s']:.1f} s; "
+         f"GPU {r['first_job']['gpu']}"],
+        [mode, f"sustained ({args.jobs} jobs)", f"{sustained:.1f} audio-s/s",
+         f"last segment at {r['sustained']['synthesis_s']:.1f} s of "
+         f"{r['sustained']['wall_s']:.1f}; GPU {r['sustained']['gpu']}"],
+        [mode, f"first job ÷ raw AsyncOmni at {in_flight}",
+         f"{r['first_job']['rate'] / raw:.3f}" if raw else "not run", ""],
+        [mode, f"sustained ÷ raw AsyncOmni at {in_flight}",
+         f"{sustained / raw:.3f}" if raw else "not run", f"raw {raw:.1f}" if raw else ""],
+        [mode, "streamed first audio, alone (p50 / p99)", percentiles(r["ttfa_alone"]), ""],
+        [mode, "streamed first audio, saturated (p50 / p99)",
+         percentiles(r["ttfa_saturated"]),
+         ("engine full throughout" if r["probes_saturated"]["jobs_still_running"]
+          else "JOBS ENDED BEFORE THE PROBES") + (
+             f"; bare engine under {in_flight}: median "
+             f"{statistics.median(bare['ttfa_load_ms']):.0f} ms"
+             if bare and bare.get("ttfa_load_ms") else "")],
+        [mode, f"sync wav of {args.frames * 0.08:.0f} s, one sentence, saturated "
+         "(p50 / max)", f"{statistics.median(r['sync_saturated']):.2f} / "
+         f"{max(r['sync_saturated']):.2f} s", f"GPU {r['saturated_gpu']}"],
+        [mode, f"sync wav of {args.frames * 0.08:.0f} s, four sentences, saturated "
+         "(p50 / max)", f"{statistics.median(r['sync_sentences_saturated']):.2f} / "
+         f"{max(r['sync_sentences_saturated']):.2f} s", "spoken at once (SYNC_PIECES)"],
+    ]
+    if r.get("sync_clauses_saturated"):
+        rows.append([mode, f"sync wav of {args.frames * 0.08:.0f} s, one long sentence, "
+                     "saturated (p50 / max)",
+                     f"{statistics.median(r['sync_clauses_saturated']):.2f} / "
+                     f"{max(r['sync_clauses_saturated']):.2f} s",
+                     "its clauses spoken at once (SYNC_PIECES)"])
+    return rows
 
 
 if __name__ == "__main__":
