@@ -9,6 +9,7 @@
 #     TRACE=1: trace the engine (NARRATOR_ENGINE_TRACE) in every run; bench.engine_trace's
 #       table of where first audio goes is written beside each trace (trace_*.txt)
 #     TEST=0: skip the gpu-marked test
+#     PRODUCT2="args": then a second bench.gpu_product run with these arguments (product2.log)
 #     PRODUCT=0: skip bench.gpu_product (raw runs and the test only)
 #     PICK=1: the product and the test then run under the config that
 #       bench.pick_config picks from them (its docstring says how)
@@ -65,6 +66,11 @@ if [ "$PRODUCT" = 1 ]; then
     $(traced product) >> $LOGS/product.log 2>&1
   echo "product rc=$?" >> $LOGS/done
   trace_table product
+  if [ -n "$PRODUCT2" ]; then  # a second run, other arguments, its own folder
+    OUT=$LOGS/second step python3 -m bench.gpu_product --model $MODEL \
+      --redis-server /tmp/redis-run $PRODUCT2 >> $LOGS/product2.log 2>&1
+    echo "product2 rc=$?" >> $LOGS/raws
+  fi
 else
   echo "product rc=skipped" >> $LOGS/done
 fi
@@ -78,7 +84,7 @@ else
 fi
 JOB
     MODEL=$MODEL LOGS=$LOGS ARGS="$*" RAW_CONFIGS="${RAW_CONFIGS:-}" TEST="${TEST:-1}" \
-      TRACE="${TRACE:-0}" \
+      TRACE="${TRACE:-0}" PRODUCT2="${PRODUCT2:-}" \
       PRODUCT="${PRODUCT:-1}" PICK="${PICK:-0}" TTFA_REPS="${TTFA_REPS:-5}" \
       setsid nohup bash /tmp/gpu_run_job.sh > "$LOGS/job.out" \
       2>&1 < /dev/null &
@@ -90,6 +96,7 @@ JOB
     done
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
     cat $LOGS/done $LOGS/raws 2>/dev/null; tail -40 $LOGS/product.log
+    grep -v '^CPU' $LOGS/product2.log 2>/dev/null | tail -16
     tail -5 $LOGS/test.log 2>/dev/null; grep -h "^RESULT" $LOGS/raw_*.log 2>/dev/null
     for t in $LOGS/trace_*.txt; do [ -f "$t" ] && echo "== $t" && tail -6 "$t"; done
     mkdir -p "${OUT:-/tmp/out}"  # one archive: the device returns at most 8 files
