@@ -71,3 +71,15 @@ def test_every_dockerfile_named_exists(compose: dict[str, Any]) -> None:
     for name, service in compose["services"].items():
         if "build" in service:
             assert (ROOT / service["build"]["dockerfile"]).is_file(), name
+
+
+def test_a_host_of_two_gpus_runs_one_gpu_worker_on_each(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    first, second = services["worker-gpu"], services["worker-gpu-1"]
+    devices = [s["deploy"]["resources"]["reservations"]["devices"][0] for s in (first, second)]
+    assert [d["device_ids"] for d in devices] == [["0"], ["1"]]
+    assert all("count" not in d for d in devices)  # compose allows count or device_ids
+    assert second["profiles"] == ["gpu-2"]
+    # Everything else is the first worker's: the same image, command, settings and caches.
+    for key in ("image", "command", "environment", "volumes", "depends_on"):
+        assert second[key] == first[key], key
