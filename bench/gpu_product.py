@@ -205,8 +205,9 @@ def phase(out: dict[str, Any], name: str, value: Any) -> None:
     print("PHASE", name, json.dumps(value), flush=True)
 
 
-def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str, Any]:
-    """Run the phases against a ready platform."""
+def measure(client: Client, args: argparse.Namespace, busy: GpuBusy,
+            spy: contextlib.AbstractContextManager[None] | None = None) -> dict[str, Any]:
+    """Run the phases against a ready platform (`spy`: around the sustained phase)."""
     out: dict[str, Any] = {}
     phase(out, "ttfa_alone", [client.first_audio() for _ in range(args.probes)])
     started = time.monotonic()
@@ -247,7 +248,8 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy) -> dict[str
                                     "jobs_still_running": saturated})
     client.wait(*jobs)
     phase(out, "saturated_gpu", busy.mean(probe_start, time.monotonic()))
-    phase(out, "sustained", sustained(client, args.segments, args.jobs, busy, "sustained"))
+    with spy or contextlib.nullcontext():
+        phase(out, "sustained", sustained(client, args.segments, args.jobs, busy, "sustained"))
     return out
 
 
@@ -366,7 +368,7 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             gpu_workers = processes[2:]
             result = {"cold_start_s": cold} | (
                 scale_out(client, args, busy, gpu_workers) if args.scale_out
-                else measure(client, args, busy))
+                else measure(client, args, busy, profiled(args, gpu_workers, logs)))
             if args.restart and mode == "production":
                 phase(result, "restart", restart(url, args, gpu_workers[0], env,
                                                  logs / "worker.log"))
@@ -374,6 +376,28 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             for process in reversed(processes):
                 stop(process)
     return result
+
+
+@contextlib.contextmanager
+def profiled(args: argparse.Namespace, workers: list[subprocess.Popen[bytes]],
+             logs: Path) -> Iterator[None]:
+    """With --profile S: py-spy samples the first GPU worker's process for S seconds (its
+    threads, 100 Hz, as raw folded stacks in LOGS/worker_spy.txt), and the threads that hold
+    the GIL in LOGS/worker_spy_gil.txt, one after the other."""
+    if not args.profile:
+        yield
+        return
+    pid, half = str(workers[0].pid), str(max(1, args.profile // 2))
+    spy = subprocess.Popen(
+        f"{args.py_spy} record -p {pid} -d {half} -r 100 -f raw --threads --nonblocking "
+        f"-o {logs / 'worker_spy.txt'}; {args.py_spy} record -p {pid} -d {half} -r 100 "
+        f"-f raw --threads --gil --nonblocking -o {logs / 'worker_spy_gil.txt'}",
+        shell=True, stdout=subprocess.DEVNULL, stderr=(logs / "py-spy.log").open("wb"))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            spy.wait(args.profile + 30)
 
 
 def gpu_count() -> int:
@@ -456,6 +480,9 @@ def main() -> None:
     parser.add_argument("--scale-out", action="store_true",
                         help="instead of the phases: one job and JOBS jobs with every GPU "
                              "worker, then with one")
+    parser.add_argument("--profile", type=int, default=0, metavar="SECONDS",
+                        help="py-spy the GPU worker for this long in the sustained phase")
+    parser.add_argument("--py-spy", default="py-spy", help="the py-spy binary")
     parser.add_argument("--restart", action="store_true",
                         help="then stop the GPU worker and time its restart (warm caches)")
     parser.add_argument("--database-url", default="")

@@ -30,7 +30,7 @@ case ${1:?usage: gpu_run.sh start PART MODEL [args] | wait} in
     tar --exclude='./.xfer*' -cf - . | tar -C /tmp/nrepo -xf -
     cat > /tmp/gpu_run_job.sh <<'JOB'
 source /tmp/x/dev_env.sh
-export PYTHONPATH=/tmp/site:/tmp/nsite:/tmp/nrepo OUT=$LOGS
+export PYTHONPATH=/tmp/site:/tmp/nsite:/tmp/nrepo OUT=$LOGS PATH=/tmp/nsite/bin:$PATH
 cd /tmp/nrepo
 gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
 step() {  # run in a process group of its own, then kill what is left (engine stages)

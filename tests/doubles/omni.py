@@ -7,6 +7,7 @@ worker process imports `vllm_omni.AsyncOmni`.
 """
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -15,7 +16,9 @@ import numpy as np
 
 from workers.engines.qwen3_tts import OutputKind
 
-SCALE = 10  # samples per frame in the fake, instead of 1920
+# Samples per frame in the fake, instead of 1920; bench.gpu_product --double can ask for
+# the real size (NARRATOR_TEST_OMNI_SAMPLES_PER_FRAME) to see the worker's cost per segment.
+SCALE = int(os.environ.get("NARRATOR_TEST_OMNI_SAMPLES_PER_FRAME", "10"))
 
 
 class FakeTensor:
