@@ -213,12 +213,11 @@ def save(name: str, data: dict[str, Any]) -> Path:
 class GpuBusy:
     """Samples nvidia-smi's utilisation.gpu and memory.used, and the load average, each 0.5 s.
 
-    On a host of several GPUs: the mean utilisation over `devices` (default all of them) and
-    the peak memory of any one.
+    On a host of several GPUs: the mean utilisation over all of them and the peak memory of
+    any one.
     """
 
-    def __init__(self, devices: list[int] | None = None) -> None:
-        self.devices = devices
+    def __init__(self) -> None:
         self.samples: list[tuple[float, float, float]] = []
         self.load: list[tuple[float, float]] = []  # 1-minute load average: CPU contention
         self._stop = threading.Event()
@@ -233,8 +232,6 @@ class GpuBusy:
                                         "--format=csv,noheader,nounits"], capture_output=True,
                                        text=True, timeout=5).stdout.splitlines()
                 gpus = [[float(v) for v in line.split(",")] for line in lines if line.strip()]
-                if len(gpus) > 1 and self.devices:
-                    gpus = [gpus[i] for i in self.devices if i < len(gpus)]
                 # Several GPUs: the mean utilisation over them, the peak memory of any one.
                 self.samples.append((time.monotonic(), statistics.mean(b for b, _ in gpus),
                                      max(m for _, m in gpus)))

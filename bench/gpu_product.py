@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -319,8 +320,6 @@ START_STEPS = [
 
 def start_steps(text: str) -> list[tuple[str, str]]:
     """Return the wall-clock time of each START_STEPS line found in a worker's log."""
-    import re
-
     found = []
     for name, needle in START_STEPS:
         for line in text.splitlines():
@@ -384,7 +383,7 @@ def profiled(args: argparse.Namespace, workers: list[subprocess.Popen[bytes]],
     """With --profile S: py-spy samples the first GPU worker's process for S seconds (its
     threads, 100 Hz, as raw folded stacks in LOGS/worker_spy.txt), and the threads that hold
     the GIL in LOGS/worker_spy_gil.txt, one after the other."""
-    if not args.profile:
+    if not args.profile or not workers:  # embedded mode: no GPU worker of its own
         yield
         return
     pid, half = str(workers[0].pid), str(max(1, args.profile // 2))
