@@ -15,8 +15,10 @@ column (ms):
   c2w_run   scheduled -> that step's output
   back      Code2Wav's output -> the adapter has audio (the orchestrator and the loop)
   total     submit -> first audio
-and Code2Wav's steps: period between steps, tokens and requests per step. Times are wall
-clock from several processes of one machine.
+and Code2Wav's steps: period between steps, tokens and requests per step; and the talker's
+steps: how many admitted new requests (a prefill beside the decodes), and the time to the
+next step after those and after decode-only ones. Times are wall clock from several
+processes of one machine.
 """
 
 import argparse
@@ -101,6 +103,22 @@ def code2wav_steps(events: list[dict[str, Any]]) -> dict[str, Any]:
             "requests": [e["requests"] for e in steps]}
 
 
+def talker_steps(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The talker's steps (traced by Narrator's talker scheduler): how many admitted new
+    requests (a prefill beside everyone's decode), the batch, and the time from one step's
+    scheduling to the next, after a step that admitted and after one that did not."""
+    steps = [e for e in events if e["ev"] == "talker_step" and "new" in e]
+    mixed: list[float] = []
+    clean: list[float] = []
+    for a, b in pairwise(steps):
+        if b["t"] - a["t"] < 1.0 and a.get("pid") == b.get("pid"):
+            (mixed if a["new"] else clean).append((b["t"] - a["t"]) * 1000)
+    span = steps[-1]["t"] - steps[0]["t"] if len(steps) > 1 else 0.0
+    return {"steps": len(steps), "admitting": sum(1 for e in steps if e["new"]),
+            "requests": [e["requests"] for e in steps], "mixed_ms": mixed, "clean_ms": clean,
+            "frames_per_s": sum(e["requests"] for e in steps) / span if span else 0.0}
+
+
 def report(paths: list[str]) -> str:
     """Return the table for the trace files."""
     events = load(paths)
@@ -121,6 +139,17 @@ def report(paths: list[str]) -> str:
         lines.append(f"Code2Wav: {c2w['steps']} steps; period median {period[0]:.1f} ms, p90 "
                      f"{period[1]:.1f}, max {period[2]:.1f}; tokens per step median "
                      f"{tokens[0]:.0f}, p90 {tokens[1]:.0f}, max {tokens[2]:.0f}")
+    talker = talker_steps(events)
+    if talker["mixed_ms"] or talker["clean_ms"]:
+        def median(values: list[float]) -> str:
+            return f"{statistics.median(values):.1f}" if values else "-"
+        lines.append(
+            f"Talker: {talker['steps']} steps, {talker['admitting']} admitting new requests "
+            f"({talker['admitting'] / talker['steps']:.0%}); requests per step median "
+            f"{statistics.median(talker['requests']):.0f}; to the next step, median: "
+            f"{median(talker['mixed_ms'])} ms after an admitting step, "
+            f"{median(talker['clean_ms'])} ms after a decode-only one; "
+            f"{talker['frames_per_s']:.0f} frames/s")
     lines.append(f"{len(rows)} realtime requests")
     return "\n".join(lines)
 

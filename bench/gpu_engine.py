@@ -5,6 +5,9 @@ and shared by all three paths, so they are compared in one run on the same GPU s
 
   (a) raw:     N concurrent AsyncOmni.generate() calls on the engine's loop, recipe-style
                prompts, stage-0 max_tokens = min_tokens = FRAMES, final output only;
+      raw_staggered / raw_jitter: the same, the first N started --stagger-ms apart / each
+               request FRAMES - [0, --jitter] frames long, so that requests start and end
+               at different steps as a worker's segments do;
   (b) adapter: N threads each calling VllmOmniEngine.synthesize(), as Celery's threads pool
                drives it;
   (c) worker:  an in-process Celery worker (threads pool, embedded filesystem broker,
@@ -28,6 +31,7 @@ import collections
 import copy
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -38,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import GpuBusy
+from workers.engines import trace
 
 TEXTS = [
     "She said she would be here by noon, and then we would all leave together for the station.",
@@ -123,7 +128,13 @@ class Bench:
         """Raw, with the first n requests started --stagger-ms apart, as a worker fills up."""
         return self.raw(n, stagger=self.args.stagger_ms / 1000)
 
-    def raw(self, n: int, stagger: float = 0.0) -> tuple[float, int]:
+    def raw_jitter(self, n: int) -> tuple[float, int]:
+        """Raw, each request's length drawn from [FRAMES - JITTER, FRAMES], a new one started
+        as each ends: requests end and start at different steps, as a worker's segments
+        do (their texts differ, and some end early), instead of in lockstep waves."""
+        return self.raw(n, jitter=self.args.jitter)
+
+    def raw(self, n: int, stagger: float = 0.0, jitter: int = 0) -> tuple[float, int]:
         """Run n x waves requests with at most n in flight."""
         from vllm.sampling_params import RequestOutputKind
 
@@ -136,6 +147,14 @@ class Bench:
         for p in params:
             if hasattr(p, "output_kind"):
                 p.output_kind = RequestOutputKind.FINAL_ONLY
+
+        def params_for(i: int) -> list[Any]:
+            if not jitter:
+                return params
+            length = frames - random.Random(i).randint(0, jitter)  # the same in every run
+            varied = [copy.deepcopy(p) for p in params]
+            varied[0].max_tokens = varied[0].min_tokens = length
+            return varied
 
         def prompt(i: int) -> dict[str, Any]:
             info = {"task_type": ["CustomVoice"], "text": [TEXTS[i % len(TEXTS)]],
@@ -150,7 +169,7 @@ class Bench:
             samples = 0
             request_id = f"raw-{time.time_ns()}-{i}"
             async for out in engine._omni.generate(prompt(i), request_id=request_id,
-                                                   sampling_params_list=params):
+                                                   sampling_params_list=params_for(i)):
                 payload = multimodal_output(out)
                 if payload:
                     samples = len(to_samples(payload.get("audio")))
@@ -331,6 +350,8 @@ def main() -> None:
                         help="then run these against the engine in a process of its own")
     parser.add_argument("--stagger-ms", type=float, default=5.0,
                         help="raw_staggered: gap between the first N requests' starts")
+    parser.add_argument("--jitter", type=int, default=50,
+                        help="raw_jitter: request lengths vary by up to this many frames")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--waves", type=int, default=1,
                         help="requests per slot: >1 measures steady flow, not one lockstep batch")
@@ -385,6 +406,7 @@ def main() -> None:
             for n in args.concurrency:
                 for _ in range(args.reps):
                     for path in paths:
+                        trace.event("bench_row", path=path + suffix)  # splits a trace by row
                         wall, samples = getattr(bench, path)(n)
                         gpu = busy.mean(time.monotonic() - wall, time.monotonic())
                         rate = samples / SR / wall

@@ -100,7 +100,7 @@ JOB
     tail -5 $LOGS/test.log 2>/dev/null; grep -h "^RESULT" $LOGS/raw_*.log 2>/dev/null
     for t in $LOGS/trace_*.txt; do [ -f "$t" ] && echo "== $t" && tail -6 "$t"; done
     mkdir -p "${OUT:-/tmp/out}"  # one archive: the device returns at most 8 files
-    (cd / && find tmp/gpo -path tmp/gpo/services -prune -o \( -name '*.log' -o -name '*.json' -o -name 'trace_*' \) \
+    (cd / && find tmp/gpo -path tmp/gpo/services -prune -o \( -name '*.log' -o -name '*.json' -o -name 'trace_*' -o -name 'worker_spy*' \) \
        -size -200M -print; ls tmp/nrepo/bench/results/*.json) 2>/dev/null \
       | tar -czf "${OUT:-/tmp/out}/gpu_run_logs.tgz" -C / -T -
     cp $LOGS/product.log "${OUT:-/tmp/out}/" 2>/dev/null || true ;;

@@ -58,9 +58,29 @@ def test_the_report_splits_first_audio_into_its_stages(tmp_path: Path) -> None:
     assert "Code2Wav: 2 steps; period median 30.0 ms" in table
 
 
-def test_the_talker_scheduler_runs_only_when_traced(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_talker_scheduler_runs_only_when_traced_or_holding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NARRATOR_ENGINE_TRACE", raising=False)
+    monkeypatch.delenv("NARRATOR_TALKER_ADMIT_LEAST", raising=False)
     assert stage_overrides() == {"1": {"scheduler_cls": STAGE1_SCHEDULER}}
+    both = {"0": {"scheduler_cls": TALKER_SCHEDULER}, "1": {"scheduler_cls": STAGE1_SCHEDULER}}
+    monkeypatch.setenv("NARRATOR_TALKER_ADMIT_LEAST", "16")
+    assert stage_overrides() == both
+    monkeypatch.delenv("NARRATOR_TALKER_ADMIT_LEAST")
     monkeypatch.setenv("NARRATOR_ENGINE_TRACE", "/dev/null")
-    assert stage_overrides() == {"0": {"scheduler_cls": TALKER_SCHEDULER},
-                                 "1": {"scheduler_cls": STAGE1_SCHEDULER}}
+    assert stage_overrides() == both
+
+
+def test_the_report_compares_talker_steps_that_admit_with_decode_only_ones(
+        tmp_path: Path) -> None:
+    events, t = [], 1000.0
+    for step in range(40):  # every fourth step admits a segment and takes 60 ms, others 30
+        new = 1 if step % 4 == 0 else 0
+        events.append({"t": t, "pid": 7, "ev": "talker_step", "admitted": [], "new": new,
+                       "requests": 64, "tokens": 64 + 100 * new, "waiting": 0})
+        t += 0.060 if new else 0.030
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    table = report([str(path)])
+    assert "Talker: 40 steps, 10 admitting new requests (25%)" in table
+    assert "60.0 ms after an admitting step, 30.0 ms after a decode-only one" in table

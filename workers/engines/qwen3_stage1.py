@@ -28,12 +28,13 @@ Held requests go back to the front of the waiting queue, in order, when the step
 The adapter names this class as stage 1's `scheduler_cls` (vLLM-Omni's `stage_overrides`)
 when it runs Narrator's deploy config. It is imported in Code2Wav's stage process, which has
 vLLM-Omni; the ordering itself (`plan_step`) is plain Python, tested on the CPU. The module
-also holds the talker's scheduler used only when the engine is traced (workers/engines/
-trace.py).
+also holds the talker's scheduler (stage 0, `TalkerScheduler`): batch admissions held
+together (`hold_admission`) and its steps traced (workers/engines/trace.py).
 """
 
 import os
-from collections.abc import Callable, Iterable, MutableSequence
+import time
+from collections.abc import Callable, Iterable, MutableSequence, Sized
 from typing import Any
 
 from workers.engines import trace
@@ -42,6 +43,10 @@ REALTIME_TAG = "narrator-rt"
 # Code2Wav tokens: 16 codebooks per frame, so 8192 is two 250-frame segments. The variable
 # is for benchmarks of the cap (bench/gpu_run.sh), read in the stage process.
 BATCH_TOKENS = int(os.environ.get("NARRATOR_C2W_BATCH_TOKENS") or 8192)
+# The talker's batch admissions (hold_admission), read in the talker's stage process, which
+# inherits the worker's environment.
+ADMIT_LEAST = int(os.environ.get("NARRATOR_TALKER_ADMIT_LEAST") or 1)
+ADMIT_WAIT_S = float(os.environ.get("NARRATOR_TALKER_ADMIT_WAIT_MS") or 500) / 1000
 
 
 def realtime(request: Any) -> bool:
@@ -165,32 +170,73 @@ def _build() -> type:
     return RealtimeFirstScheduler
 
 
-def _build_traced_talker() -> type:
-    """The talker's (stage 0) scheduler when the engine is traced: vLLM-Omni's async AR
-    scheduler recording each realtime admission (bench.engine_trace's `admit`), nothing else.
+def hold_admission(waiting: Sized, running: int, now: float, least: int = ADMIT_LEAST,
+                   wait_s: float = ADMIT_WAIT_S) -> bool:
+    """Say whether the talker should admit none of its waiting requests this step.
+
+    A step that admits a request runs its prefill beside everyone's decode, outside the
+    decode-only CUDA graph. A worker's segments end at different steps (their texts differ,
+    some end early), and each end brings a new segment at once, so nearly every step can be
+    such a step. Holding batch requests until `least` of them wait, or the oldest has waited
+    `wait_s`, admits them together. Never held: an idle talker's, or any realtime request
+    (which takes the batch ones in with it). `least` 1 (the default) holds nothing.
+    """
+    if least <= 1 or not waiting or running == 0 or len(waiting) >= least:
+        return False
+    if any(realtime(r) for r in waiting):  # type: ignore[attr-defined]
+        return False
+    oldest = min(float(r.arrival_time) for r in waiting)  # type: ignore[attr-defined]
+    return now - oldest < wait_s
+
+
+def _build_talker() -> type:
+    """The talker's (stage 0) scheduler under Narrator's deploy config: vLLM-Omni's async AR
+    scheduler, with batch admissions held together (`hold_admission`, off by default) and,
+    when the engine is traced, one `talker_step` event per step (bench.engine_trace).
 
     Running realtime requests alone for a step while the batch sat it out (to get their first
     frame sooner) crashed vLLM-Omni 0.26's AR runner with a KeyError for `all_token_ids`
-    (session 8, bench/results/gpu_product_h100_1.7b_s8_boost_crash.log), so it is not done.
+    (session 8, bench/results/gpu_product_h100_1.7b_s8_boost_crash.log), so it is not done:
+    holding waiting requests uses vLLM-Omni's own hook for it.
     """
+    from vllm.logger import init_logger
     from vllm_omni.core.sched.omni_ar_scheduler import OmniARAsyncScheduler
 
-    class TracedTalkerScheduler(OmniARAsyncScheduler):  # type: ignore[misc]
-        """vLLM-Omni's async AR scheduler, tracing realtime admissions."""
+    log = init_logger("narrator.talker")
+
+    class TalkerScheduler(OmniARAsyncScheduler):  # type: ignore[misc]
+        """vLLM-Omni's async AR scheduler, batch admissions held together."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._narrator_failed = False
+            log.info("narrator talker scheduler: admit batch requests %d at a time or after "
+                     "%.0f ms", ADMIT_LEAST, ADMIT_WAIT_S * 1000)
+
+        def _should_defer_waiting_admission(self) -> bool:
+            if self._narrator_failed:
+                return False
+            try:
+                return hold_admission(self.waiting, len(self.running), time.time())
+            except Exception:  # never stop the talker: admit as vLLM-Omni does
+                self._narrator_failed = True
+                log.exception("narrator talker scheduler failed: vLLM-Omni's admission")
+                return False
 
         def schedule(self, throttle_prefills: bool = False) -> Any:
             output = super().schedule(throttle_prefills)
-            admitted = [r.req_id for r in output.scheduled_new_reqs if realtime(r)]
-            if admitted:
-                trace.event("talker_step", admitted=admitted,
-                            requests=len(output.num_scheduled_tokens))
+            if trace.enabled() and output.total_num_scheduled_tokens:
+                new = output.scheduled_new_reqs
+                trace.event("talker_step", admitted=[r.req_id for r in new if realtime(r)],
+                            new=len(new), requests=len(output.num_scheduled_tokens),
+                            tokens=output.total_num_scheduled_tokens, waiting=len(self.waiting))
             return output
 
-    return TracedTalkerScheduler
+    return TalkerScheduler
 
 
 _BUILDERS: dict[str, Callable[[], type]] = {
-    "RealtimeFirstScheduler": _build, "TracedTalkerScheduler": _build_traced_talker}
+    "RealtimeFirstScheduler": _build, "TalkerScheduler": _build_talker}
 _built: dict[str, type] = {}
 
 

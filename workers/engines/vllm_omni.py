@@ -37,7 +37,7 @@ log = structlog.get_logger()
 REALTIME_PRIORITY, BATCH_PRIORITY = 0, 10  # vLLM serves lower values first
 DEPLOY_DIR = Path(__file__).parent / "deploy"
 STAGE1_SCHEDULER = "workers.engines.qwen3_stage1.RealtimeFirstScheduler"
-TALKER_SCHEDULER = "workers.engines.qwen3_stage1.TracedTalkerScheduler"
+TALKER_SCHEDULER = "workers.engines.qwen3_stage1.TalkerScheduler"
 OmniFactory = Callable[[], Any]
 PromptLength = Callable[[dict[str, list[Any]]], int]
 References = Callable[[str], Reference | None]
@@ -222,9 +222,10 @@ class VllmOmniEngine:
 
 def stage_overrides() -> dict[str, dict[str, str]]:
     """Return the schedulers Narrator's deploy config runs: Code2Wav's always, and the
-    talker's tracing one when the engine is traced (NARRATOR_ENGINE_TRACE)."""
+    talker's own when the engine is traced (NARRATOR_ENGINE_TRACE) or holds batch admissions
+    (NARRATOR_TALKER_ADMIT_LEAST above 1); otherwise the talker runs vLLM-Omni's."""
     overrides = {"1": {"scheduler_cls": STAGE1_SCHEDULER}}
-    if trace.enabled():
+    if trace.enabled() or int(os.environ.get("NARRATOR_TALKER_ADMIT_LEAST") or 1) > 1:
         overrides["0"] = {"scheduler_cls": TALKER_SCHEDULER}
     return overrides
 
