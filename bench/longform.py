@@ -14,6 +14,7 @@
 
     python -m bench.longform [--chars 20000] [--plan-chars 2000000] [--assembly-hours 1]
                              [--only mp3 'mp3, acx']   # those job rows only, nothing saved
+                             [--env NARRATOR_ALIGN_PROCESSES=2]  # a setting for every job
 """
 
 import argparse
@@ -30,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import save, served, table
+from bench.common import busiest_threads, save, served, table, thread_cpu
 
 PARAGRAPHS = [
     "The ferry left the harbour at dawn, and the gulls followed it out past the breakwater. "
@@ -59,8 +60,9 @@ def book(chars: int, chapters: int = 4) -> list[dict[str, str]]:
     return out
 
 
-def raw_engine(chapters: list[dict[str, str]]) -> tuple[float, float, int]:
-    """Loop the engine over the job's planned segments; return wall s, audio s, segments."""
+def raw_engine(chapters: list[dict[str, str]]) -> tuple[float, float, int, dict[str, Any]]:
+    """Loop the engine over the job's planned segments; return wall s, audio s, segments and
+    the host's CPU meanwhile (bench.common.busiest_threads)."""
     from core.normalize import spoken
     from core.text import Gaps, plan_pieces
     from workers.engine import get_engine
@@ -74,24 +76,27 @@ def raw_engine(chapters: list[dict[str, str]]) -> tuple[float, float, int]:
     engine = get_engine()
     voice = engine.info.voices[0].id
     engine.synthesize([SpeechRequest(text="Warm up.", voice=voice)])
-    start, samples = time.perf_counter(), 0
+    start, samples, before = time.perf_counter(), 0, thread_cpu()
     for piece in pieces:
         audio = engine.synthesize([SpeechRequest(text=spoken(piece.text), voice=voice)])[0]
         samples += len(audio)
-    return time.perf_counter() - start, samples / engine.sample_rate, len(pieces)
+    wall = time.perf_counter() - start
+    return (wall, samples / engine.sample_rate, len(pieces),
+            busiest_threads(before, thread_cpu(), wall, top=6))
 
 
 def platform(chapters: list[dict[str, str]], fmt: str, env: dict[str, str] | None = None,
              extra: dict[str, Any] | None = None
-             ) -> tuple[float, float, int, dict[str, Any], float]:
+             ) -> tuple[float, float, int, dict[str, Any], float, dict[str, Any]]:
     """Submit the job to `narrator serve`; return wall s to completed, audio s, segments,
-    the manifest, and the s from the poll that first saw every segment done to the one that
-    saw `completed` (the assembly's tail, within the 0.2 s poll)."""
+    the manifest, the s from the poll that first saw every segment done to the one that
+    saw `completed` (the assembly's tail, within the 0.2 s poll), and the host's CPU from
+    submit to completed by process and thread (bench.common.busiest_threads)."""
     with served(env) as url, httpx.Client(base_url=url, timeout=60) as http:
         warm = http.post("/v1/audio/jobs", json={"input": "Warm up."}).json()["id"]
         while http.get(f"/v1/audio/jobs/{warm}").json()["status"] != "completed":
             time.sleep(0.1)
-        start = time.perf_counter()
+        start, before = time.perf_counter(), thread_cpu()
         job = http.post("/v1/audio/jobs", json={"chapters": chapters, "response_format": fmt,
                                                 "subtitles": ["srt"]} | (extra or {})).json()
         all_done = None
@@ -102,12 +107,22 @@ def platform(chapters: list[dict[str, str]], fmt: str, env: dict[str, str] | Non
                     job["segments"]["done"] == job["segments"]["total"]:
                 all_done = time.perf_counter()
         wall = time.perf_counter() - start
+        cpu = busiest_threads(before, thread_cpu(), wall, top=6)
         tail = time.perf_counter() - (all_done or time.perf_counter())
         if job["status"] != "completed":
             raise RuntimeError(json.dumps(job["error"]))
         manifest = http.get(job["result"]["manifest_url"]).json()
     speech = sum(s["duration_seconds"] for s in manifest["segments"])  # as raw: no silences
-    return wall, speech, job["segments"]["total"], manifest, tail
+    return wall, speech, job["segments"]["total"], manifest, tail, cpu
+
+
+def cpu_row(label: str, audio: float, cpu: dict[str, Any]) -> list[Any]:
+    """One row of the CPU table: core-seconds in all and per audio-second, the busiest
+    processes and threads."""
+    core_s = cpu["host_cores"] * cpu["seconds"]
+    return [label, f"{cpu['host_cores']:.2f}", f"{core_s:.1f}", f"{core_s / audio:.3f}",
+            "; ".join(f"{k} {v:.2f}" for k, v in list(cpu["processes"].items())[:4]),
+            "; ".join(f"{k.split('/')[-1]} {v:.2f}" for k, v in list(cpu["threads"].items())[:4])]
 
 
 def planning(chars: int) -> dict[str, Any]:
@@ -204,6 +219,8 @@ def main() -> None:
     parser.add_argument("--formats", nargs="+", default=["wav", "mp3"])
     parser.add_argument("--only", nargs="+", help="run only these rows (their JSON keys: "
                         "wav, mp3, 'mp3, verify flag', 'mp3, no alignment', 'mp3, acx')")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for `narrator serve` in every job row (repeatable)")
     parser.add_argument("--plan-chars", type=int, default=2_000_000)
     parser.add_argument("--assembly-hours", type=float, default=1.0)
     parser.add_argument("--assembly-child", nargs=2, help=argparse.SUPPRESS)
@@ -218,8 +235,9 @@ def main() -> None:
 
     chapters = book(args.chars)
     chars = sum(len(c["input"]) for c in chapters)
-    raw_wall, raw_audio, raw_segments = raw_engine(chapters)
+    raw_wall, raw_audio, raw_segments, raw_cpu = raw_engine(chapters)
     raw_rate = raw_audio / raw_wall
+    cpu_rows = [cpu_row("raw Piper loop", raw_audio, raw_cpu)]
     rows = [["raw Piper loop, one process", raw_segments, f"{raw_audio:.1f}", f"{raw_wall:.1f}",
              f"{raw_rate:.2f}", "1.000", ""]]
     results: dict[str, Any] = {"chars": chars, "raw": {"wall_s": raw_wall,
@@ -239,17 +257,24 @@ def main() -> None:
     for key, label, fmt, env, extra in runs:
         if args.only and key not in args.only:
             continue
-        wall, audio, segments, manifest, tail = platform(chapters, fmt, env, extra)
+        env = dict(item.split("=", 1) for item in args.env) | env
+        wall, audio, segments, manifest, tail, cpu = platform(chapters, fmt, env, extra)
+        cpu_rows.append(cpu_row(label, audio, cpu))
         mastered += manifest["checks"].get("mastering", {}).get("chapters", [])
         rate = audio / wall
         rows.append([f"job via narrator serve ({label})", segments, f"{audio:.1f}",
                      f"{wall:.1f}", f"{rate:.2f}", f"{rate / raw_rate:.3f}", f"{tail:.1f}"])
         results[key] = {"wall_s": wall, "audio_s": audio, "ratio": rate / raw_rate,
-                        "tail_s": tail}
+                        "tail_s": tail, "cpu": cpu}
+    results["raw"]["cpu"] = raw_cpu
     print(f"{chars} characters in {len(chapters)} chapters, Piper on {os.cpu_count()} CPUs; "
           "audio s = speech only (the job's planned silences are not counted)")
     print(table(["path", "segments", "audio s", "wall s", "audio-s/s", "ratio",
                  "last segment → completed, s"], rows))
+    print("\nThe host's CPU meanwhile (cores in use on average; core-seconds in all and per "
+          "audio-second; the busiest processes and threads, in cores):")
+    print(table(["path", "cores", "core-s", "core-s per audio-s", "processes", "threads"],
+                cpu_rows))
     if mastered:
         print("\nACX mastering, each chapter file as the manifest measured it "
               "(RMS -23..-18, peak <= -3, floor <= -60, lead 0.5-1 s, tail 1-5 s):")
