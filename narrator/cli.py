@@ -4,14 +4,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
+
+if TYPE_CHECKING:
+    from narrator.client import Narrator
 
 cli = typer.Typer(help="Narrator: a self-hosted text-to-speech job platform.",
                   no_args_is_help=True, add_completion=False)
@@ -214,26 +216,23 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
 
 
 @contextmanager
-def _client(url: str, key: str, timeout: float = 300) -> Iterator[httpx.Client]:
-    """An HTTP client for the API; an API that cannot be reached is one line, not a trace."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+def _api(url: str, key: str) -> Iterator["Narrator"]:
+    """The API's client (narrator.client); its errors are one line and exit 1, not a trace."""
+    from narrator.client import JobFailed, Narrator, NarratorError
+
     try:
-        with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout) as client:
+        with Narrator(url, key or None, retries=2) as client:
             yield client
     except httpx.TransportError as exc:
         typer.echo(f"error: no Narrator API answers at {url} ({type(exc).__name__}); start "
                    "one with `narrator serve`, or point --url (NARRATOR_URL) at yours", err=True)
         raise typer.Exit(1) from None
-
-
-def _fail(response: httpx.Response) -> None:
-    if response.is_error:
-        try:
-            message = response.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = response.text[:500]
-        typer.echo(f"error {response.status_code}: {message}", err=True)
-        raise typer.Exit(1)
+    except NarratorError as exc:
+        typer.echo(f"error {exc.status}: {exc.message}", err=True)
+        raise typer.Exit(1) from None
+    except JobFailed as exc:
+        typer.echo(f"job {exc.job['status']}: {exc.job['error']}", err=True)
+        raise typer.Exit(1) from None
 
 
 LexiconOpt = Annotated[list[str] | None, typer.Option(
@@ -255,13 +254,8 @@ def lexicon(file: Annotated[Path, typer.Argument(help="JSON entries, or lines 't
     else:
         entries = [_entry(*line.split("\t", 1)) for line in raw.splitlines()
                    if line.strip() and not line.startswith("#") and "\t" in line]
-    body = {"name": name, "entries": entries}
-    with _client(url, api_key) as client:
-        response = client.post("/v1/audio/lexicons", json=body)
-        if response.status_code == 409:
-            response = client.put(f"/v1/audio/lexicons/{name}", json=body)
-    _fail(response)
-    made = response.json()
+    with _api(url, api_key) as client:
+        made = client.save_lexicon(name, entries)
     typer.echo(f"{made['id']}  {made['name']}: {made['entry_count']} entries")
 
 
@@ -278,13 +272,12 @@ def say(text: str, output: Annotated[Path, typer.Option("-o", "--output")],
         url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
     """Speak TEXT into FILE; the format comes from the file's extension."""
     fmt = {"ogg": "opus"}.get(output.suffix.lstrip("."), output.suffix.lstrip(".") or "mp3")
-    body: dict[str, object] = {"input": text, "response_format": fmt, "speed": speed}
-    body |= {k: v for k, v in (("voice", voice), ("model", model), ("lexicons", lexicon)) if v}
-    with _client(url, api_key) as client:
-        response = client.post("/v1/audio/speech", json=body)
-    _fail(response)
-    output.write_bytes(response.content)
-    typer.echo(f"{output}: {response.headers.get('x-audio-duration')} s")
+    with _api(url, api_key) as client:
+        audio = client.speak(text, voice=voice or None, model=model or None,
+                             response_format=fmt, speed=speed,
+                             **({"lexicons": lexicon} if lexicon else {}))
+    output.write_bytes(audio)
+    typer.echo(f"{output}: {audio.duration} s")
 
 
 @cli.command()
@@ -302,41 +295,23 @@ def submit(file: Annotated[Path, typer.Argument(help="plain text, Markdown (.md:
                help="NAME=VOICE: [voice:NAME] marks speak in VOICE (repeat for more)")] = None,
            url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
     """Submit FILE as a job; with --wait, follow it and download the audio."""
-    import json
-
-    body: dict[str, object] = {"response_format": fmt}
-    body |= {k: v for k, v in (("voice", voice), ("lexicons", lexicon),
-                               ("mastering", mastering)) if v}
+    fields: dict[str, Any] = {"response_format": fmt}
+    fields |= {k: v for k, v in (("voice", voice), ("lexicons", lexicon),
+                                 ("mastering", mastering)) if v}
     pairs = [entry.partition("=") for entry in cast or []]
     if any(not name.strip() or not sep or not voice_id.strip() for name, sep, voice_id in pairs):
         raise typer.BadParameter("give --cast as NAME=VOICE", param_hint="--cast")
-    body |= {"cast": {n.strip(): v.strip() for n, _, v in pairs}} if pairs else {}
+    fields |= {"cast": {n.strip(): v.strip() for n, _, v in pairs}} if pairs else {}
     book = {k: v for k, v in (("title", title), ("author", author)) if v}
-    body |= {"book": book} if book else {}
-    files = {"cover": (cover.name, cover.read_bytes())} if cover else {}
-    if file.suffix.lower() == ".epub":
-        files["file"] = (file.name, file.read_bytes())
-    else:
-        body["input"] = file.read_text(encoding="utf-8")
-        body |= {"input_format": "markdown"} if file.suffix.lower() == ".md" else {}
-    with _client(url, api_key) as client:
-        response = client.post("/v1/audio/jobs", files=files, data={
-            "request": json.dumps(body)}) if files else client.post("/v1/audio/jobs", json=body)
-        _fail(response)
-        job = response.json()
+    fields |= {"book": book} if book else {}
+    with _api(url, api_key) as client:
+        job = client.submit(file, cover=cover, **fields)
         typer.echo(job["id"])
         if not wait and output is None:
             return
         job = _follow(client, job)
-        if job["status"] != "completed":
-            typer.echo(f"job {job['status']}: {job['error']}", err=True)
-            raise typer.Exit(1)
         if output is not None:
-            with client.stream("GET", f"/v1/audio/jobs/{job['id']}/content") as stream:
-                _fail(stream)
-                with output.open("wb") as f:
-                    for chunk in stream.iter_bytes():
-                        f.write(chunk)
+            client.download(job, output)
             typer.echo(f"{output}: {job['result']['duration_seconds']:.1f} s")
 
 
@@ -344,22 +319,17 @@ def submit(file: Annotated[Path, typer.Argument(help="plain text, Markdown (.md:
 def retry(job_id: str, wait: bool = False, url: UrlOpt = DEFAULT_URL,
           api_key: KeyOpt = "") -> None:
     """Run a failed job again: only what did not finish; with --wait, follow it."""
-    with _client(url, api_key) as client:
-        response = client.post(f"/v1/audio/jobs/{job_id}/retry")
-        _fail(response)
-        job = response.json()
+    with _api(url, api_key) as client:
+        job = client.retry(job_id)
         segments = job["segments"]
         typer.echo(f"{job['id']}: {job['status']}, {segments['done']}/{segments['total']} "
                    "segments kept")
         if wait:
-            job = _follow(client, job)
-            if job["status"] != "completed":
-                typer.echo(f"job {job['status']}: {job['error']}", err=True)
-                raise typer.Exit(1)
+            _follow(client, job)
 
 
-def _follow(client: httpx.Client, job: dict[str, Any]) -> dict[str, Any]:
-    """Poll a job until it ends, drawing a progress bar with the server's ETA on stderr."""
+def _follow(client: "Narrator", job: dict[str, Any]) -> dict[str, Any]:
+    """Wait for a job, drawing a progress bar with the server's ETA on stderr."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 
@@ -373,17 +343,14 @@ def _follow(client: httpx.Client, job: dict[str, Any]) -> dict[str, Any]:
                TextColumn("{task.fields[segments]}"), TextColumn("{task.fields[eta]}"))
     with Progress(*columns, console=Console(stderr=True)) as bar:
         task = bar.add_task(job["status"], total=100, segments="", eta=eta(None))
-        while True:
-            segments = job.get("segments") or {}
-            bar.update(task, completed=job["progress"], description=job["status"],
+
+        def show(state: dict[str, Any]) -> None:
+            segments = state.get("segments") or {}
+            bar.update(task, completed=state["progress"], description=state["status"],
                        segments=f"{segments.get('done', 0)}/{segments.get('total', 0)} segments",
-                       eta=eta(job.get("eta_seconds")))
-            if job["status"] not in ("queued", "in_progress"):
-                return job
-            time.sleep(1)
-            response = client.get(f"/v1/audio/jobs/{job['id']}")
-            _fail(response)
-            job = response.json()
+                       eta=eta(state.get("eta_seconds")))
+
+        return client.wait(job, progress=show)
 
 
 def main() -> None:
