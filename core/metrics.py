@@ -42,9 +42,29 @@ engine_rtf = Histogram("narrator_engine_real_time_factor",
                        "Engine seconds per second of audio, per synthesis call",
                        ["model"], buckets=(0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5,
                                            2, 5))
+segment_failures = Counter("narrator_segment_failures",
+                           "Segment attempts that raised (the segment is retried, or its job "
+                           "fails once its attempts are spent)", ["model"])
+segment_retakes = Counter("narrator_segment_retakes",
+                          "Segments synthesised again by the quality guard, by the reason the "
+                          "take before failed", ["model", "reason"])
+reaper_actions = Counter("narrator_reaper_actions",
+                         "What the reaper found and handed on (segments of dead workers "
+                         "re-enqueued, jobs failed, plans and assemblies restarted)", ["sweep"])
 busy_fraction = Gauge("narrator_worker_busy_fraction",
                       "Share of the last interval in which the worker ran at least one task",
                       ["worker"], multiprocess_mode="liveall")
+
+
+def zero(models: list[str], sweeps: list[str]) -> None:
+    """Export the failure counters at 0 from a worker's start, so that dashboards and alerts
+    see a series (and `rate()` a first point) before anything has failed."""
+    for model in models:
+        segment_failures.labels(model)
+        for reason in ("runaway", "truncated"):  # workers.quality
+            segment_retakes.labels(model, reason)
+    for sweep in sweeps:
+        reaper_actions.labels(sweep)
 
 
 def observe_synthesis(model: str, engine_seconds: float, audio: float, kind: str) -> None:

@@ -55,6 +55,16 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
     as_root apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+# The alerting rules are checked by Prometheus's own promtool: Debian's prometheus package,
+# unpacked under .test-services (nothing installed, no service started).
+if ! command -v promtool >/dev/null && [ ! -x "$SERVICES/promtool/usr/bin/promtool" ]; then
+  echo "test: fetching promtool (Debian's prometheus package)" >&2
+  mkdir -p "$SERVICES/promtool"
+  (cd "$SERVICES/promtool" && { apt-get download -qq prometheus 2>/dev/null ||
+    { as_root apt-get update -qq && apt-get download -qq prometheus 2>/dev/null; }; } &&
+    dpkg-deb -x prometheus_*.deb . && rm -f prometheus_*.deb) ||
+    echo "test: no promtool; its test is skipped" >&2
+fi
 echo "test: database $NARRATOR_TEST_DATABASE_URL, redis $NARRATOR_TEST_REDIS_URL" >&2
 
 .venv/bin/ruff check .

@@ -98,6 +98,8 @@ def _guarded(engine: Engine, request: SpeechRequest, rate: float,
     for attempt in range(retries + 1):
         if attempt:
             request = replace(request, seed=(request.seed or 0) + attempt)
+            metrics.segment_retakes.labels(engine.info.id,
+                                           verdict.reason if verdict else "").inc()
         started = time.perf_counter()
         audio = engine.synthesize([request])[0]
         metrics.observe_synthesis(engine.info.id, time.perf_counter() - started,

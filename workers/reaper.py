@@ -24,6 +24,7 @@ import structlog
 from sqlalchemy import ColumnElement, and_, delete, select, update
 from sqlalchemy.orm import Session
 
+from core import metrics
 from core.backoff import backoff
 from core.keys import job_prefix, result_store
 from core.queues import ASSEMBLE, NOTIFY, PLAN, SYNTHESIZE
@@ -189,6 +190,9 @@ def reap(stale_seconds: float, enqueue: Enqueue, max_attempts: int = 3,
         for store in {store_for(), result_store(output_url)}:
             store.delete(job_prefix(job_id))
     counts = {name: len(tasks) for name, tasks in found.items()} | {"expired": len(expired)}
+    for name, count in counts.items():
+        if count:
+            metrics.reaper_actions.labels(name).inc(count)
     if any(counts.values()):
         log.warning("reaper.requeued", **counts)
     return counts

@@ -181,6 +181,7 @@ def _warm_engine(**_: Any) -> None:
     _presence = _Presence()
     _busy = metrics.BusyMeter(_presence.id)
     _busy.start()
+    metrics.zero([m.id for m in _presence.models], [*reaper.SWEEPS, "expired"])
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
     _presence.publish()
@@ -330,6 +331,7 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
     except Exception as exc:
         log.exception("segment.failed", segment_id=segment_id)
         settings = get_settings()
+        metrics.segment_failures.labels(catalog(settings)[0].id).inc()
         if pipeline.release(uuid.UUID(segment_id), repr(exc), settings.segment_max_attempts):
             raise self.retry(countdown=backoff(self.request.retries + 1, 1.0, cap=64),
                              max_retries=None,

@@ -44,6 +44,16 @@ async def prometheus(state: StateDep) -> Response:
                                                           state.settings)).items():
         depth.add_metric([queue], waiting)
     families.append(depth)
+    workers = GaugeMetricFamily("narrator_workers", "Live workers by model and state "
+                                "(warming, ready: warm and taking work, failed)",
+                                labels=["model", "state"])
+    live: dict[tuple[str, str], int] = {}
+    for record in await state.catalogue.workers():
+        for served in record.models or ():
+            live[(served.id, record.state)] = live.get((served.id, record.state), 0) + 1
+    for (model_id, worker_state), count in sorted(live.items()):
+        workers.add_metric([model_id, worker_state], count)
+    families.append(workers)
     registry = CollectorRegistry()
     registry.register(_Snapshot(families))
     body = await anyio.to_thread.run_sync(metrics.exposition)
