@@ -55,6 +55,12 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
     as_root apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+# docker-compose.yml is validated by Docker Compose itself (Debian's 1.29: no engine needed).
+if ! command -v docker-compose >/dev/null; then
+  echo "test: installing docker-compose (Debian)" >&2
+  as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    as_root apt-get install -y -qq docker-compose >/dev/null
+fi
 # The alerting rules are checked by Prometheus's own promtool: Debian's prometheus package,
 # unpacked under .test-services (nothing installed, no service started).
 if ! command -v promtool >/dev/null && [ ! -x "$SERVICES/promtool/usr/bin/promtool" ]; then

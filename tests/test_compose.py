@@ -83,3 +83,30 @@ def test_a_host_of_two_gpus_runs_one_gpu_worker_on_each(compose: dict[str, Any])
     # Everything else is the first worker's: the same image, command, settings and caches.
     for key in ("image", "command", "environment", "volumes", "depends_on"):
         assert second[key] == first[key], key
+
+
+def test_a_real_compose_implementation_accepts_the_file_and_refuses_a_broken_one(
+        tmp_path: Path) -> None:
+    """Docker Compose itself (Debian's docker-compose 1.29, which the test command installs;
+    Compose v2 is not packaged in Debian 12) parses and validates the file with every profile,
+    without a Docker engine; a copy with a misspelt key is refused."""
+    import shutil
+    import subprocess
+
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("no docker-compose (scripts/test.sh installs Debian's)")
+
+    def config(path: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([binary, "-f", str(path), "--project-directory", str(ROOT),
+                               "--profile", "gpu", "--profile", "gpu-2", "config", "-q"],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    checked = config(ROOT / "docker-compose.yml")
+    assert checked.returncode == 0, checked.stderr
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text((ROOT / "docker-compose.yml").read_text().replace(
+        "    restart: ", "    restartt: ", 1))
+    refused = config(broken)
+    assert refused.returncode != 0
+    assert "Unsupported config option" in refused.stderr
