@@ -7,8 +7,11 @@ a little different in length). Two baselines, medians after a warm-up each:
 - bare (the headline, as a new user would compare): raw alone with nothing else running,
   half the rounds before the server starts and half after it stopped, so that the machine's
   drift over the run (a shared 2-core VM here) weighs on both sides alike;
-- interleaved: raw and served taken in turns while the server runs, so the idle server's
-  broker polling and worker slow the baseline too (flatters the ratio).
+- interleaved: raw and served taken in turns while the server runs. Each side then starts
+  while the other's ONNX Runtime threads still spin after its run, which slows both (the
+  old method; kept for comparison).
+The served figure of the headline is taken with answers one after another and this process
+idle. Also the CPU per answer by process (from /proc) and what the idle server uses.
 Target: served / bare <= 1.05. `--broker-url redis://...` measures production mode (Redis
 broker and result streams) the same way.
 
@@ -17,11 +20,13 @@ broker and result streams) the same way.
 
 import argparse
 import time
+from typing import Any
 
 import httpx
 
-from bench.common import save, served, summary, table
+from bench.common import busiest_threads, save, served, summary, table, thread_cpu
 
+IDLE_S = 10.0
 TEXT = ("The old lighthouse keeper climbed the spiral stairs every evening at dusk. "
         "He trimmed the wick, polished the great lens, and watched the ships slip past "
         "the rocks. Nobody had asked him to stay after the light was automated, "
@@ -67,17 +72,34 @@ def main() -> None:
         for _ in range(args.warmup):
             raw()
             through_platform()
-        raw_s, served_s = [], []
+        before_idle = thread_cpu()
+        time.sleep(IDLE_S)  # what the idle server costs (broker polling, heartbeats)
+        idle = busiest_threads(before_idle, thread_cpu(), IDLE_S, top=6)
+        # Served answers one after another, this process idle: the headline. ONNX Runtime's
+        # threads spin for a while after each run, so a raw run right before a served one
+        # (or after) slows the other: that is the interleaved method's flaw, kept below.
+        alone_s: list[float] = []
+        served_cpu: list[dict[str, Any]] = []
         for _ in range(args.rounds):
+            start, snapshot = time.perf_counter(), thread_cpu()
+            alone_s.append(through_platform())
+            served_cpu.append(busiest_threads(snapshot, thread_cpu(),
+                                              time.perf_counter() - start, top=6))
+        raw_s, served_s = [], []
+        raw_cpu = 0.0
+        for _ in range(args.rounds):
+            spent = time.process_time()
             raw_s.append(raw())
+            raw_cpu += time.process_time() - spent
             served_s.append(through_platform())
         audio_seconds = float(http.post("/v1/audio/speech", json=body)
                               .headers["x-audio-duration"])
     after_s = [raw() for _ in range(args.rounds - half)]  # the server has stopped
 
     b, r, s = summary(bare_s + after_s), summary(raw_s), summary(served_s)
+    a = summary(alone_s)
     before, after = summary(bare_s)["median"], summary(after_s)["median"] if after_s else 0.0
-    ratio, interleaved = s["median"] / b["median"], s["median"] / r["median"]
+    ratio, interleaved = a["median"] / b["median"], s["median"] / r["median"]
     broker = args.broker_url or "embedded"
     print(f"text: {len(TEXT)} characters, {audio_seconds:.2f} s of audio, {args.rounds} rounds "
           f"after {args.warmup} warm-up; broker: {broker}")
@@ -85,20 +107,37 @@ def main() -> None:
         [label, f"{x['median']*1000:.1f}", f"{x['p90']*1000:.1f}", f"{x['min']*1000:.1f}",
          f"{x['max']*1000:.1f}"] for label, x in (
             ("raw Piper + WAV encode, nothing else running (bare)", b),
-            ("raw Piper + WAV encode, beside the idle server (interleaved)", r),
-            ("POST /v1/audio/speech (narrator serve)", s))]))
+            ("POST /v1/audio/speech (narrator serve), answers one after another", a),
+            ("raw Piper + WAV encode, in turns with served answers (interleaved)", r),
+            ("POST /v1/audio/speech, in turns with raw runs (interleaved)", s))]))
     print(f"\nserved / bare: {ratio:.3f}   target <= 1.05   overhead "
-          f"{1000 * (s['median'] - b['median']) * audio_seconds:.1f} ms per answer of "
+          f"{1000 * (a['median'] - b['median']) * audio_seconds:.1f} ms per answer of "
           f"{audio_seconds:.1f} s")
     print(f"bare before the server / after it: {1000 * before:.1f} / {1000 * after:.1f} ms "
           "per audio-s (the machine's drift)")
-    print(f"served / interleaved raw: {interleaved:.3f}   (the old method: the idle server "
-          "slows its baseline too)")
+    print(f"interleaved served / interleaved raw: {interleaved:.3f}   (the old method: each "
+          "side runs right after the other, whose ONNX threads still spin)")
+    print("\nCPU per answer (core-ms; the served answers' from /proc, by process):")
+    per: dict[str, float] = {}
+    for cpu in served_cpu:
+        for name, cores in cpu["processes"].items():
+            label = name.split("[")[0][:40]
+            per[label] = per.get(label, 0.0) + cores * cpu["seconds"] * 1000 / args.rounds
+    rows = [["raw Piper + WAV encode (this process, interleaved runs)",
+             f"{1000 * raw_cpu / args.rounds:.0f}"]]
+    rows += [[f"served: {name}", f"{ms:.0f}"] for name, ms in sorted(
+        per.items(), key=lambda kv: -kv[1]) if ms >= 1]
+    print(table(["where", "core-ms per answer"], rows))
+    print(f"the idle server, {IDLE_S:.0f} s: {idle['host_cores']:.3f} cores in all; " + "; ".join(
+        f"{k.split('[')[0][:30]} {v:.3f}" for k, v in idle["processes"].items() if v))
     save("sync_overhead" + ("_redis" if args.broker_url else ""), {
         "text_chars": len(TEXT), "audio_seconds": audio_seconds, "broker": broker,
         "unit": "seconds per audio-second", "bare": b, "bare_before_median": before,
-        "bare_after_median": after, "raw": r, "served": s, "ratio": ratio,
-        "ratio_interleaved": interleaved, "target": 1.05})
+        "bare_after_median": after, "raw": r, "served": a, "served_interleaved": s,
+        "ratio": ratio,
+        "ratio_interleaved": interleaved, "target": 1.05,
+        "raw_cpu_ms_per_answer": 1000 * raw_cpu / args.rounds, "served_cpu_ms_per_answer": per,
+        "idle_server": idle})
 
 
 if __name__ == "__main__":
