@@ -196,6 +196,24 @@ def _pause(attempt: int, response: httpx.Response | None) -> float:
     return min(0.5 * 2.0 ** (attempt - 1), 8.0) * (0.5 + random.random() / 2)
 
 
+def _answered(response: httpx.Response, attempt: int, retries: int) -> bool:
+    """Say whether an answer is final (True; an error raises) or is retried (429, 503)."""
+    if response.status_code in RETRIED and attempt <= retries:
+        return False
+    if response.is_error:
+        raise error_for(response)
+    return True
+
+
+def _ended(state: Job) -> bool:
+    """Say whether a job has ended: True when completed; raises JobFailed for another end."""
+    if state["status"] not in ENDED:
+        return False
+    if state["status"] != "completed":
+        raise JobFailed(state)
+    return True
+
+
 class Narrator:
     """The sync client. `transport` is httpx's (tests and custom TLS); use as a context
     manager or call close()."""
@@ -229,10 +247,9 @@ class Narrator:
                 if attempt > self.retries:
                     raise
             else:
-                if response.status_code not in RETRIED or attempt > self.retries:
-                    if response.is_error:
-                        response.read()
-                        raise error_for(response)
+                if response.is_error:
+                    response.read()
+                if _answered(response, attempt, self.retries):
                     return response
                 response.close()
             time.sleep(_pause(attempt, response))
@@ -282,9 +299,7 @@ class Narrator:
         while True:
             if progress is not None:
                 progress(state)
-            if state["status"] in ENDED:
-                if state["status"] != "completed":
-                    raise JobFailed(state)
+            if _ended(state):
                 return state
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {state['id']} still {state['status']}")
@@ -366,10 +381,9 @@ class AsyncNarrator:
                 if attempt > self.retries:
                     raise
             else:
-                if response.status_code not in RETRIED or attempt > self.retries:
-                    if response.is_error:
-                        await response.aread()
-                        raise error_for(response)
+                if response.is_error:
+                    await response.aread()
+                if _answered(response, attempt, self.retries):
                     return response
                 await response.aclose()
             await asyncio.sleep(_pause(attempt, response))
@@ -417,9 +431,7 @@ class AsyncNarrator:
         while True:
             if progress is not None:
                 progress(state)
-            if state["status"] in ENDED:
-                if state["status"] != "completed":
-                    raise JobFailed(state)
+            if _ended(state):
                 return state
             await asyncio.sleep(poll)
             state = await self.get(state)
