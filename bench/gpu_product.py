@@ -306,6 +306,7 @@ def restart(url: str, args: argparse.Namespace, worker: subprocess.Popen[bytes],
 
 # Lines of a worker's start, as vLLM, vLLM-Omni and Narrator log them (first match each).
 START_STEPS = [
+    ("engine process: vLLM-Omni imported", "[AsyncOmni] Initializing"),
     ("stage 0 process spawned", "Stage-0 set runtime devices"),
     ("stage 0 engine initialising", "stage0_replica0"),
     ("stage 0 weights loaded", "Model loading took"),

@@ -73,4 +73,5 @@ def vllm_from_settings() -> "VllmOmniEngine":
         catalog(settings)[0], Qwen3Config.load(resolve_model_dir(settings.model)),
         max_in_flight=settings.vllm_max_in_flight, priority=settings.vllm_priority,
         references=load_reference, deploy_config="" if deploy == "default" else deploy,
-        stage_init_timeout=settings.vllm_stage_init_timeout, use_mps=settings.vllm_mps)
+        stage_init_timeout=settings.vllm_stage_init_timeout, use_mps=settings.vllm_mps,
+        use_forkserver=settings.vllm_forkserver)

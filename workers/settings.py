@@ -71,6 +71,10 @@ class WorkerSettings(CoreSettings):
     # Off by default: raw AsyncOmni made 8.7 % more with it, but the one product run with it
     # made 0.89 of the bare engine against 1.35 for the last run without (README, On the H100).
     vllm_mps: bool = False
+    # The stage processes forked from a forkserver that imported vLLM-Omni once, beside the
+    # engine's own import, instead of spawned to import it one after the other
+    # (workers/engines/forkserver.py).
+    vllm_forkserver: bool = False
     vllm_priority: bool = True
     vllm_warmup_batch: int = 0  # requests in the warm-up batch; 0: VLLM_MAX_IN_FLIGHT
     # Sequences the deploy config keeps above VLLM_MAX_IN_FLIGHT for sync speech (its

@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from core.catalog import ModelInfo, Qwen3Config
-from workers.engines import Audio, SpeechRequest, drain, mps, slots_for, trace
+from workers.engines import Audio, SpeechRequest, drain, forkserver, mps, slots_for, trace
 from workers.engines.qwen3_handoff import WHOLE
 from workers.engines.qwen3_stage1 import REALTIME_TAG
 from workers.engines.qwen3_tts import (
@@ -60,9 +60,10 @@ class VllmOmniEngine:
                  prompt_length: PromptLength | None = None,
                  references: References | None = None, priority: bool = True,
                  deploy_config: str = "", stage_init_timeout: int = 900,
-                 use_mps: bool = False) -> None:
+                 use_mps: bool = False, use_forkserver: bool = False) -> None:
         self.info = info
         self._use_mps = use_mps
+        self._use_forkserver = use_forkserver
         self._mps: Path | None = None  # the MPS daemon's folder while the engine runs
         self.config = config
         self.priority = priority
@@ -84,8 +85,12 @@ class VllmOmniEngine:
 
     def _default_factory(self, deploy_config: str, timeout: int) -> OmniFactory:
         def create() -> Any:
+            # Started first: it imports vLLM-Omni for the stages while this process does.
+            stages = forkserver.start() if self._use_forkserver else None
             from vllm_omni import AsyncOmni
 
+            if stages is not None:
+                forkserver.install(stages)
             if self._use_mps:  # before the stage processes start: they inherit its pipe
                 self._mps = mps.start()
             kwargs: dict[str, Any] = {"stage_init_timeout": timeout}
