@@ -3,6 +3,7 @@ environment its starter had when it started it, as a spawned stage process does.
 
 import os
 import subprocess
+from multiprocessing.process import BaseProcess
 
 import pytest
 
@@ -16,10 +17,10 @@ def context() -> forkserver.EnvironContext:
     return forkserver.start(["json"])
 
 
-def _run(process: object) -> int | None:
-    process.start()  # type: ignore[attr-defined]
-    process.join(60)  # type: ignore[attr-defined]
-    return process.exitcode  # type: ignore[attr-defined]
+def _run(process: BaseProcess) -> int | None:
+    process.start()
+    process.join(60)
+    return process.exitcode
 
 
 def test_a_stage_process_sees_the_environment_set_after_the_forkserver_started(

@@ -50,7 +50,7 @@ class EnvironProcess(multiprocessing.context.ForkServerProcess):
 class EnvironContext(multiprocessing.context.ForkServerContext):
     """The forkserver context whose processes are EnvironProcess."""
 
-    Process = EnvironProcess  # type: ignore[assignment]
+    Process = EnvironProcess
 
 
 def start(preload: list[str] = PRELOAD) -> EnvironContext:
@@ -68,4 +68,4 @@ def install(context: EnvironContext) -> None:
     def mp_context() -> Any:
         return context
 
-    manager.get_mp_context = mp_context  # type: ignore[attr-defined]
+    manager.get_mp_context = mp_context
