@@ -4,8 +4,9 @@ vLLM-Omni 0.26 starts each stage process (talker, Code2Wav) with `spawn`, one af
 other, and each imports torch, vLLM and vLLM-Omni afresh: 29 s and 35 s of a 150 s warm
 start on an H100 (README, On the H100). Here a forkserver is started as the engine starts;
 it imports those modules once, at the same time as the engine's own import, and each stage
-process is then forked from it with the imports done. The forkserver never touches CUDA,
-so forking it is as safe as vLLM's own `VLLM_WORKER_MULTIPROC_METHOD=forkserver`.
+process is then forked from it with the imports done. The forkserver never initialises CUDA
+(stage_imports.py), so forking it is as safe as vLLM's own
+`VLLM_WORKER_MULTIPROC_METHOD=forkserver`.
 
 A forked child starts with the forkserver's environment, not the engine's at the moment the
 stage starts, and vLLM-Omni sets a stage's environment just before it starts it (its
@@ -20,14 +21,9 @@ import os
 from multiprocessing import forkserver
 from typing import Any
 
-# What a stage process imports before it serves: its entry point, the model's modules and
-# Narrator's stage schedulers. A module that fails to import here is imported by the stage.
-PRELOAD = [
-    "vllm_omni.engine.stage_engine_core_proc",
-    "vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_talker",
-    "vllm_omni.model_executor.models.qwen3_tts.qwen3_tts_code2wav",
-    "workers.engines.qwen3_stage1",
-]
+# What a stage process imports before it serves: vLLM, vLLM-Omni's stage entry point and the
+# model's modules (stage_imports.py says how without CUDA), and Narrator's stage schedulers.
+PRELOAD = ["workers.engines.stage_imports", "workers.engines.qwen3_stage1"]
 
 
 class EnvironProcess(multiprocessing.context.ForkServerProcess):
