@@ -1,12 +1,13 @@
 """Workers publish what they serve and whether they are warm; the API lists and reports it."""
 
+import signal
 import time
 from pathlib import Path
 
 from core.catalog import qwen3_model
 from core.registry import FileRegistry, RedisRegistry, WorkerRecord
-from tests.conftest import redis_url
-from tests.support import Stack
+from tests.conftest import base_env, redis_url
+from tests.support import Process, Stack, narrator, wait_for
 
 MODEL = Path(__file__).parent / "data" / "qwen3-tts-0.6b-customvoice"
 
@@ -55,3 +56,24 @@ def test_file_registry_forgets_stale_workers(tmp_path: Path) -> None:
 
         os.utime(path, (old, old))
     assert registry.live() == []
+
+
+def test_a_worker_marks_itself_ready_for_a_probe_once_warm_and_unready_on_sigterm(
+        tmp_path: Path, database_url: str) -> None:
+    """READY_FILE (the Helm chart's readiness probe) exists from when the worker consumes
+    until it is told to stop, and not before its engine is warm."""
+    ready = tmp_path / "ready"
+    ready.write_text("a previous run's")
+    env = base_env(tmp_path, database_url, 7) | {"NARRATOR_READY_FILE": str(ready)}
+    worker = Process(narrator("worker"), env, tmp_path / "worker.log").start()
+    try:
+        wait_for(lambda: "engine.ready" in worker.output() or not ready.exists(), 60,
+                 "the stale file to go")
+        wait_for(ready.exists, 60, "the ready file")
+        assert "engine.ready" in worker.output()
+        assert worker.popen is not None
+        worker.popen.send_signal(signal.SIGTERM)
+        worker.popen.wait(30)
+        assert not ready.exists()
+    finally:
+        worker.stop()

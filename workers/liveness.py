@@ -11,6 +11,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import structlog
 from sqlalchemy import delete, insert, update
@@ -34,6 +35,18 @@ def holding(segment_id: uuid.UUID) -> Iterator[None]:
     finally:
         with _held_lock:
             _held.discard(segment_id)
+
+
+def mark_ready(path: str, ready: bool) -> None:
+    """Create `path` when the worker takes work, remove it when it stops ('' does nothing).
+
+    A supervisor's readiness probe tests for it (Kubernetes: `test -f`): a rolling update
+    then waits for a new worker's engine to be warm before it stops an old one.
+    """
+    if path and ready:
+        Path(path).touch()
+    elif path:
+        Path(path).unlink(missing_ok=True)
 
 
 def beat(worker: str) -> None:

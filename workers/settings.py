@@ -47,6 +47,9 @@ class WorkerSettings(CoreSettings):
     worker_max_tasks: int = 0
     worker_max_rss_mb: float = 2048.0
     metrics_port: int = 0  # a worker serves /metrics here (0: only through the API's)
+    # A file the worker creates once its engine is warm and it consumes, and removes as it
+    # stops: a readiness probe tests for it (the Helm chart: `test -f`). Empty: none.
+    ready_file: str = ""
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
     vllm_deploy_config: str = ""
     vllm_max_in_flight: int = 64

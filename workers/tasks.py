@@ -19,6 +19,7 @@ from celery.signals import (
     task_prerun,
     task_received,
     worker_init,
+    worker_ready,
     worker_shutdown,
     worker_shutting_down,
 )
@@ -46,7 +47,7 @@ from workers import alignment, pipeline, progressive, reaper, recycle, speech, w
 from workers.app import celery_app
 from workers.engine import get_engine, loaded_engine
 from workers.engines import Engine, SpeechRequest
-from workers.liveness import Heart
+from workers.liveness import Heart, mark_ready
 from workers.realtime import RealtimeLane
 from workers.settings import WorkerSettings, get_settings
 
@@ -175,6 +176,7 @@ def _warm_engine(**_: Any) -> None:
     """
     global _presence, _busy, _lane, _heart, _recycler
     settings = get_settings()
+    mark_ready(settings.ready_file, False)  # a previous run's, in the same container
     _recycler = recycle.Recycler(settings.worker_max_tasks, settings.worker_max_rss_mb)
     _heart = Heart(settings.worker_heartbeat_seconds)
     _heart.start()  # before any claim: a segment's worker must be seen alive
@@ -216,6 +218,12 @@ def _warm_engine(**_: Any) -> None:
         log.info("worker.ready", queues=list(_presence.queues), engine=None)
 
 
+@worker_ready.connect
+def _consuming(**_: Any) -> None:
+    """Say so to the supervisor (READY_FILE) once the engine is warm and Celery consumes."""
+    mark_ready(get_settings().ready_file, True)
+
+
 @worker_shutting_down.connect
 def _shutting_down(**_: Any) -> None:
     """On SIGTERM: stop taking sync requests now, and start the grace period's clock.
@@ -224,6 +232,7 @@ def _shutting_down(**_: Any) -> None:
     not finished within WORKER_SHUTDOWN_GRACE_SECONDS (a GPU worker holds 64 segments of up
     to tens of seconds each), the worker hands them back and exits without waiting.
     """
+    mark_ready(get_settings().ready_file, False)
     if _lane is not None:
         _lane.should_stop = True
     grace = get_settings().worker_shutdown_grace_seconds
@@ -250,6 +259,7 @@ def _hand_back_after(grace: float) -> None:
 def _leave(finish: bool = True, **_: Any) -> None:
     """Leave the registry and the workers table; with `finish`, after the realtime lane's
     requests and the engine have stopped (a warm shutdown)."""
+    mark_ready(get_settings().ready_file, False)
     if _lane is not None and finish:
         _lane.stop()
     if _busy is not None:
