@@ -110,3 +110,16 @@ def test_a_real_compose_implementation_accepts_the_file_and_refuses_a_broken_one
     refused = config(broken)
     assert refused.returncode != 0
     assert "Unsupported config option" in refused.stderr
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])
+def test_an_image_holds_every_package_it_installs(dockerfile: str) -> None:
+    """`pip install .` in the image builds what was copied in: a package left out is missing
+    from the image (core/ once was), and no engine here builds the image to notice."""
+    import tomllib
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {name.rstrip("*") for name in found["packages"]["find"]["include"]}
+    copied = {line.split()[1] for line in (ROOT / "docker" / dockerfile).read_text().splitlines()
+              if line.startswith("COPY ")}
+    assert packages <= copied
