@@ -24,6 +24,7 @@ from api.routes import (
 )
 from api.settings import ApiSettings, get_settings
 from api.state import KeyTable, State
+from core import tracing
 from core.broker import make_app
 from core.channel import channel_for
 from core.registry import registry_for
@@ -34,6 +35,7 @@ from storage import store_for
 def create_app(settings: ApiSettings | None = None) -> FastAPI:
     """Build the API; resources are created at start-up and closed at shutdown."""
     settings = settings or get_settings()
+    tracing.setup("narrator-api")  # before the engines and the Celery publisher exist
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,4 +63,5 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
         app.include_router(router)
     app.mount("/web", web.assets, name="web")
     app.add_middleware(Observability)
+    tracing.instrument_app(app)
     return app

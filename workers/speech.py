@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from core import metrics
+from core import metrics, tracing
 from core.audio import CONTENT_TYPES, encode, to_pcm16
 from core.channel import Channel, Message, channel_for
 from core.lexicon import reader_for
@@ -142,14 +142,15 @@ def stream(payload: dict[str, Any]) -> None:
         pulse.start(Message("meta", {"sample_rate": engine.sample_rate, "worker": worker_id()}))
         requests = requests_for(payload)
         asked = time.perf_counter()
-        for chunk in _pieces_streamed(engine, requests):
-            if not samples:  # where a first chunk's time goes, before the engine and in it
-                log.info("speech.first_chunk", engine_ms=round(
-                    (time.perf_counter() - asked) * 1000, 1), waited_ms=round(
-                    (time.time() - sent_at) * 1000 - (time.perf_counter() - started) * 1000,
-                    1) if sent_at else None, pieces=len(requests))
-            samples += len(chunk)
-            pulse.publish(Message("data", data=to_pcm16(chunk)))
+        with tracing.span("engine.stream", model=engine.info.id, pieces=len(requests)):
+            for chunk in _pieces_streamed(engine, requests):
+                if not samples:  # where a first chunk's time goes, before the engine and in it
+                    log.info("speech.first_chunk", engine_ms=round(
+                        (time.perf_counter() - asked) * 1000, 1), waited_ms=round(
+                        (time.time() - sent_at) * 1000 - (time.perf_counter() - started) * 1000,
+                        1) if sent_at else None, pieces=len(requests))
+                samples += len(chunk)
+                pulse.publish(Message("data", data=to_pcm16(chunk)))
     except Exception as exc:
         log.exception("speech.failed", request_id=request_id)
         pulse.finish(Message("error", {"message": str(exc)[:500]}))
@@ -172,7 +173,8 @@ def speak(payload: dict[str, Any]) -> None:
         engine = get_engine()
         started = time.perf_counter()
         requests = requests_for(payload)
-        pieces = engine.synthesize(requests)
+        with tracing.span("engine.synthesize", model=engine.info.id, pieces=len(requests)):
+            pieces = engine.synthesize(requests)
         audio = np.concatenate([part for n, piece in enumerate(pieces) for part in (
             (_gap(engine, requests[n - 1].text), piece) if n else (piece,))])
         metrics.observe_synthesis(engine.info.id, time.perf_counter() - started,

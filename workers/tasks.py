@@ -24,7 +24,7 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from core import metrics, outbound, queues
+from core import metrics, outbound, queues, tracing
 from core.backoff import backoff
 from core.catalog import catalog
 from core.queues import (
@@ -176,6 +176,7 @@ def _warm_engine(**_: Any) -> None:
     """
     global _presence, _busy, _lane, _heart, _recycler
     settings = get_settings()
+    tracing.setup("narrator-worker")  # before the engines and the task signals
     mark_ready(settings.ready_file, False)  # a previous run's, in the same container
     _recycler = recycle.Recycler(settings.worker_max_tasks, settings.worker_max_rss_mb)
     _heart = Heart(settings.worker_heartbeat_seconds)
