@@ -9,6 +9,7 @@ under Node). scripts/test.sh fetches Helm and the KEDA schemas; under CI a missi
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -143,3 +144,23 @@ def test_a_broken_chart_fails(tmp_path: Path) -> None:
                                            "{{ .Values.api.replicas }", 1))
     with pytest.raises(AssertionError, match=r"parse error|unexpected"):
         render(chart, [])
+
+
+def test_every_setting_the_chart_sets_is_one_narrator_reads() -> None:
+    """A misspelt NARRATOR_ name would be ignored without a word (the settings ignore
+    unknown variables), so each one the chart sets must be a field of Narrator's settings."""
+    from api.settings import ApiSettings
+    from workers.settings import WorkerSettings
+
+    fields = set(ApiSettings.model_fields) | set(WorkerSettings.model_fields)
+    cli = set(re.findall(r'envvar="(NARRATOR_\w+)"', (ROOT / "narrator" / "cli.py").read_text()))
+    values = [CHART.parent / "examples" / "gpu-autoscaled.yaml"]
+    objects = render(CHART, values) + render(CHART, [])
+    names = {key for o in objects if o["kind"] == "ConfigMap" for key in o["data"]}
+    names |= {key for o in objects if o["kind"] == "Secret" for key in o["stringData"]}
+    names |= {e["name"] for o in objects if o["kind"] == "Deployment"
+              for c in o["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])}
+    narrator = {name for name in names if name.startswith("NARRATOR_")}
+    assert len(narrator) > 10
+    assert {name for name in narrator - cli if name.removeprefix("NARRATOR_").lower()
+            not in fields} == set()
