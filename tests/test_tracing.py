@@ -57,17 +57,16 @@ class Collector:
                                       for a in span.attributes}
                         self.spans.append((span.trace_id.hex(), service, span.name, attributes))
 
-    def trace_of(self, name_part: str, **attributes: str) -> str:
-        """Return the trace id of the first span whose name has `name_part` (and attributes)."""
+    def trace_of(self, name: str) -> str | None:
+        """Return the trace id of the first span called `name` (None before it arrives)."""
         with self._lock:
-            for trace_id, _, name, found in self.spans:
-                if name_part in name and all(found.get(k) == v for k, v in attributes.items()):
-                    return trace_id
-        raise LookupError(name_part)
+            return next((trace_id for trace_id, _, found, _ in self.spans if found == name), None)
 
-    def in_trace(self, trace_id: str) -> list[tuple[str, str]]:
+    def in_trace(self, name: str) -> list[tuple[str, str]]:
+        """Return (service, span name) of every span in the trace of the span `name`."""
+        trace_id = self.trace_of(name)
         with self._lock:
-            return [(service, name) for t, service, name, _ in self.spans if t == trace_id]
+            return [(service, n) for t, service, n, _ in self.spans if t == trace_id]
 
 
 @pytest.fixture(scope="module")
@@ -101,13 +100,12 @@ def test_a_job_is_one_trace_from_request_to_webhook(traced: tuple[Stack, Collect
     wait_for(lambda: collector.webhooks >= 1, 30, "the webhook")
 
     def whole() -> bool:
-        names = {name for _, name in collector.in_trace(
-            collector.trace_of("POST /v1/audio/jobs"))}
+        names = {name for _, name in collector.in_trace("POST /v1/audio/jobs")}
         return {"run/narrator.plan", "run/narrator.assemble", "run/narrator.notify",
                 "engine.synthesize"} <= names and bool(names & {"POST", "HTTP POST"})
 
     wait_for(whole, 30, "the job's spans")
-    spans = collector.in_trace(collector.trace_of("POST /v1/audio/jobs"))
+    spans = collector.in_trace("POST /v1/audio/jobs")
     services = {service for service, _ in spans}
     names = [name for _, name in spans]
     assert services == {"narrator-api", "narrator-worker"}
@@ -128,11 +126,11 @@ def test_a_sync_request_is_one_trace_through_the_queue(
     assert answer.status_code == 200
 
     def whole() -> bool:
-        names = {n for _, n in collector.in_trace(collector.trace_of("POST /v1/audio/speech"))}
+        names = {n for _, n in collector.in_trace("POST /v1/audio/speech")}
         return {"realtime.speak", "engine.synthesize"} <= names
 
     wait_for(whole, 30, "the sync request's spans")
-    spans = collector.in_trace(collector.trace_of("POST /v1/audio/speech"))
+    spans = collector.in_trace("POST /v1/audio/speech")
     assert {service for service, _ in spans} == {"narrator-api", "narrator-worker"}
 
 
