@@ -61,13 +61,6 @@ def instrument_app(app: Any) -> None:
         FastAPIInstrumentor.instrument_app(app, excluded_urls="healthz,readyz,metrics")
 
 
-def flush() -> None:
-    """Export what is buffered now (a process about to exit)."""
-    provider = trace.get_tracer_provider()
-    if enabled() and hasattr(provider, "force_flush"):
-        provider.force_flush()
-
-
 @contextmanager
 def span(name: str, **attributes: Any) -> Iterator[trace.Span]:
     """Time a block as a span of the current trace (a no-op without tracing)."""
