@@ -288,24 +288,28 @@ def restart(url: str, args: argparse.Namespace, worker: subprocess.Popen[bytes],
             env: dict[str, str], log: Path) -> dict[str, Any]:
     """Stop the GPU worker and start it again (warm caches): seconds to ready, and where
     they went by its log (engine stages, warm-up)."""
-    stop(worker)
+    stop(worker)  # (already stopped when this is a second restart)
     for _ in range(120):  # until its registry record is gone: the assembly worker's stays
         with contextlib.suppress(httpx.HTTPError, ValueError):
             if httpx.get(f"{url}/readyz", timeout=5).json()["workers"].get("ready", 0) <= 1:
                 break
         time.sleep(0.5)
     mark = log.stat().st_size
+    launched = time.strftime("%H:%M:%S", time.gmtime())
     again = start(["worker"], env, log)
     try:
         seconds = wait_ready(url, args.start_timeout, [again], 2)
     finally:
         stop(again)
-    return {"seconds": seconds, "steps": start_steps(log.read_bytes()[mark:].decode(
-        errors="replace"))}
+    return {"seconds": seconds, "steps": [("worker process launched", launched), *start_steps(
+        log.read_bytes()[mark:].decode(errors="replace"))]}
 
 
 # Lines of a worker's start, as vLLM, vLLM-Omni and Narrator log them (first match each).
 START_STEPS = [
+    ("worker CLI running", "worker.starting"),
+    ("engine process running", "engine.process_building"),
+    ("Celery started (worker_init)", "worker.initialising"),
     ("engine process: vLLM-Omni imported", "[AsyncOmni] Initializing"),
     ("stage 0 process spawned", "Stage-0 set runtime devices"),
     ("stage 0 engine initialising", "stage0_replica0"),
@@ -372,6 +376,10 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             if args.restart and mode == "production":
                 phase(result, "restart", restart(url, args, gpu_workers[0], env,
                                                  logs / "worker.log"))
+                for extra in args.restart_env:  # the same restart, a setting changed
+                    name, value = extra.split("=", 1)
+                    phase(result, f"restart {extra}", restart(
+                        url, args, gpu_workers[0], env | {name: value}, logs / "worker.log"))
         finally:
             for process in reversed(processes):
                 stop(process)
@@ -485,6 +493,9 @@ def main() -> None:
     parser.add_argument("--py-spy", default="py-spy", help="the py-spy binary")
     parser.add_argument("--restart", action="store_true",
                         help="then stop the GPU worker and time its restart (warm caches)")
+    parser.add_argument("--restart-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="after --restart's, another restart with this setting changed "
+                             "(repeatable: one restart each)")
     parser.add_argument("--database-url", default="")
     parser.add_argument("--redis-url", default="")
     parser.add_argument("--redis-server", default="redis-server")
@@ -508,10 +519,11 @@ def main() -> None:
             rows += scale_rows(mode, r, args)
         else:
             rows += phase_rows(mode, r, args, raw, bare, in_flight)
-        if r.get("restart"):
-            rows.append([mode, "restart, warm caches: stop -> ready",
-                         f"{r['restart']['seconds']:.1f} s",
-                         "; ".join(f"{name} {at}" for name, at in r["restart"]["steps"])])
+        for name, value in r.items():
+            if name.startswith("restart"):
+                rows.append([mode, f"{name}, warm caches: stop -> ready",
+                             f"{value['seconds']:.1f} s",
+                             "; ".join(f"{step} {at}" for step, at in value["steps"])])
     if args.double:
         print("ENGINE DOUBLE: these timings prove the harness, not a GPU.")
     print(table(["mode", "measure", "result", "note"], rows))
@@ -561,19 +573,16 @@ def phase_rows(mode: str, r: dict[str, Any], args: argparse.Namespace, raw: floa
              f"; bare engine under {in_flight}: median "
              f"{statistics.median(bare['ttfa_load_ms']):.0f} ms"
              if bare and bare.get("ttfa_load_ms") else "")],
-        [mode, f"sync wav of {args.frames * 0.08:.0f} s, one sentence, saturated "
-         "(p50 / max)", f"{statistics.median(r['sync_saturated']):.2f} / "
-         f"{max(r['sync_saturated']):.2f} s", f"GPU {r['saturated_gpu']}"],
-        [mode, f"sync wav of {args.frames * 0.08:.0f} s, four sentences, saturated "
-         "(p50 / max)", f"{statistics.median(r['sync_sentences_saturated']):.2f} / "
-         f"{max(r['sync_sentences_saturated']):.2f} s", "spoken at once (SYNC_PIECES)"],
     ]
-    if r.get("sync_clauses_saturated"):
-        rows.append([mode, f"sync wav of {args.frames * 0.08:.0f} s, one long sentence, "
-                     "saturated (p50 / max)",
-                     f"{statistics.median(r['sync_clauses_saturated']):.2f} / "
-                     f"{max(r['sync_clauses_saturated']):.2f} s",
-                     "its clauses spoken at once (SYNC_PIECES)"])
+    for key, shape, note in (
+            ("sync_saturated", "one sentence", f"GPU {r['saturated_gpu']}"),
+            ("sync_sentences_saturated", "four sentences", "spoken at once (SYNC_PIECES)"),
+            ("sync_clauses_saturated", "one long sentence",
+             "its clauses spoken at once (SYNC_PIECES)")):
+        if r.get(key):  # none when the jobs had ended before the probe (a short job)
+            rows.append([mode, f"sync wav of {args.frames * 0.08:.0f} s, {shape}, saturated "
+                         "(p50 / max)", f"{statistics.median(r[key]):.2f} / "
+                         f"{max(r[key]):.2f} s", note])
     return rows
 
 

@@ -9,7 +9,8 @@
 #     TRACE=1: trace the engine (NARRATOR_ENGINE_TRACE) in every run; bench.engine_trace's
 #       table of where first audio goes is written beside each trace (trace_*.txt)
 #     TEST=0: skip the gpu-marked test
-#     PRODUCT2="args": then a second bench.gpu_product run with these arguments (product2.log)
+#     PRODUCT2="args": after the test, a second bench.gpu_product run with these arguments
+#       (product2.log)
 #     PRODUCT=0: skip bench.gpu_product (raw runs and the test only)
 #     PICK=1: the product and the test then run under the config that
 #       bench.pick_config picks from them (its docstring says how)
@@ -66,11 +67,6 @@ if [ "$PRODUCT" = 1 ]; then
     $(traced product) >> $LOGS/product.log 2>&1
   echo "product rc=$?" >> $LOGS/done
   trace_table product
-  if [ -n "$PRODUCT2" ]; then  # a second run, other arguments, its own folder
-    OUT=$LOGS/second step python3 -m bench.gpu_product --model $MODEL \
-      --redis-server /tmp/redis-run $PRODUCT2 >> $LOGS/product2.log 2>&1
-    echo "product2 rc=$?" >> $LOGS/raws
-  fi
 else
   echo "product rc=skipped" >> $LOGS/done
 fi
@@ -82,6 +78,13 @@ if [ "$TEST" = 1 ]; then
 else
   echo "test rc=skipped" >> $LOGS/done
 fi
+if [ -n "$PRODUCT2" ]; then  # after the test: a second run, other arguments, its own folder
+  OUT=$LOGS/second step python3 -m bench.gpu_product --model $MODEL \
+    --redis-server /tmp/redis-run $PRODUCT2 >> $LOGS/product2.log 2>&1
+  echo "product2 rc=$?" >> $LOGS/done
+else
+  echo "product2 rc=skipped" >> $LOGS/done
+fi
 JOB
     MODEL=$MODEL LOGS=$LOGS ARGS="$*" RAW_CONFIGS="${RAW_CONFIGS:-}" TEST="${TEST:-1}" \
       TRACE="${TRACE:-0}" PRODUCT2="${PRODUCT2:-}" \
@@ -91,7 +94,7 @@ JOB
     exec bash "$0" wait ;;
   wait)
     end=$(( $(date +%s) + ${WAIT_S:-560} ))
-    while [ "$(date +%s)" -lt "$end" ] && [ "$(grep -c rc= $LOGS/done 2>/dev/null)" != 2 ]; do
+    while [ "$(date +%s)" -lt "$end" ] && [ "$(grep -c rc= $LOGS/done 2>/dev/null)" != 3 ]; do
       sleep 10
     done
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader

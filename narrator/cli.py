@@ -155,6 +155,9 @@ def worker(
     banner: Annotated[bool, typer.Option(help="print Celery's start-up banner")] = True,
 ) -> None:
     """Run a Celery worker on the configured engine."""
+    import structlog
+
+    structlog.get_logger().info("worker.starting", pid=os.getpid())
     from core.catalog import catalog
     from core.queues import BATCH, REALTIME, split_queues, worker_queues
     from workers.app import celery_app

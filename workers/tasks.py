@@ -175,6 +175,7 @@ def _warm_engine(**_: Any) -> None:
     supervisor (compose's restart policy, Kubernetes) restarts it with backoff.
     """
     global _presence, _busy, _lane, _heart, _recycler
+    log.info("worker.initialising")  # Celery has started (a restart's timeline)
     settings = get_settings()
     tracing.setup("narrator-worker")  # before the engines and the task signals
     mark_ready(settings.ready_file, False)  # a previous run's, in the same container

@@ -68,6 +68,7 @@ class _Outbox:
 def _serve(build: Build, requests: Connection, results: Connection) -> None:
     """Child: run the engine, take (call id, request, reference, kind) from the pipe."""
     configure()  # the worker's log format, in the worker's log (stderr is shared)
+    log.info("engine.process_building")
     outbox = _Outbox()
     try:
         engine = build()
