@@ -34,15 +34,32 @@ from workers.settings import get_settings
 
 log = structlog.get_logger()
 
-_POOL: list[PooledAligner] = []  # the process's one pool, made on first use
+_POOL: list[Any] = []  # the process's one checker, made on first use
 _POOL_LOCK = threading.Lock()
 
 
-def _pooled() -> PooledAligner:
-    """PocketSphinx in child processes: it holds the GIL while it decodes (aligners/pool.py)."""
+class _OnGpu:
+    """Qwen3-ForcedAligner aligns (on this worker's GPU); PocketSphinx hears (`verify`)."""
+
+    def __init__(self, aligner: Aligner, hearing: PooledAligner, processes: int) -> None:
+        self.align, self.transcribe, self.processes = aligner.align, hearing.transcribe, processes
+
+
+def _pooled() -> Any:
+    """The process's checker: PocketSphinx in child processes (it holds the GIL while it
+    decodes, aligners/pool.py), or with ALIGNER=qwen3 the GPU aligner beside it."""
     with _POOL_LOCK:
         if not _POOL:
-            _POOL.append(PooledAligner(get_settings().align_processes or max(1, cores() // 2)))
+            settings = get_settings()
+            pool = PooledAligner(settings.align_processes or max(1, cores() // 2))
+            if settings.aligner == "qwen3":
+                from workers.aligners.qwen3 import Qwen3Aligner
+
+                gpu = Qwen3Aligner(settings.aligner_model, memory=settings.aligner_gpu_memory,
+                                   batch=settings.aligner_batch)
+                _POOL.append(_OnGpu(gpu, pool, settings.aligner_batch))
+            else:
+                _POOL.append(pool)
         return _POOL[0]
 
 

@@ -1,0 +1,141 @@
+"""The GPU aligner's own parts (workers/aligners/qwen3.py): decoding the model's markers into
+spans, and batching the segments that arrive together. The model itself needs a GPU and
+vLLM (timed by bench.gpu_aligner on the device); here a double stands in at that boundary."""
+
+import itertools
+import threading
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from workers.aligners import Word, qwen3
+from workers.aligners.qwen3 import Qwen3Aligner, spans
+
+MARK = 99
+RATE = 24_000
+
+
+def _logits(bins: list[int], classes: int = 50) -> tuple[np.ndarray, list[int]]:
+    """Prompt tokens with a marker per bin (between other tokens), and one-hot logits."""
+    tokens, rows = [], []
+    for b in bins:
+        tokens += [5, MARK]
+        rows += [np.zeros(classes), np.eye(classes)[b]]
+    return np.array(rows), tokens
+
+
+def test_markers_become_word_spans_in_samples() -> None:
+    logits, tokens = _logits([0, 3, 4, 10])  # bins of 80 ms
+    words = spans(logits, tokens, MARK, 80.0, ["hello", "there"], RATE * 2, RATE, list)
+    assert words is not None
+    assert [(w.word, w.start, w.end) for w in words] == [
+        ("hello", 0, round(0.24 * RATE)), ("there", round(0.32 * RATE), round(0.8 * RATE))]
+
+
+def test_spans_stay_in_order_and_inside_the_audio() -> None:
+    logits, tokens = _logits([10, 4, 2, 40])  # an end before its start, a mark past the end
+    words = spans(logits, tokens, MARK, 80.0, ["a", "b"], RATE, RATE, list)
+    assert words is not None
+    for before, after in itertools.pairwise(words):
+        assert before.start <= before.end <= after.start <= after.end
+    assert words[-1].end <= RATE
+
+
+def test_markers_that_do_not_pair_with_the_words_give_none() -> None:
+    logits, tokens = _logits([1, 2, 3])
+    assert spans(logits, tokens, MARK, 80.0, ["a", "b"], RATE, RATE, list) is None
+
+
+class _Double:
+    """The model at the GPU boundary: records each batch it is given."""
+
+    batches: ClassVar[list[int]] = []
+
+    def __init__(self, path: str, options: dict[str, Any]) -> None:
+        self.options = options
+
+    def align(self, calls: list[Any]) -> list[Any]:
+        time.sleep(0.05)  # a forward pass: calls that arrive meanwhile wait for the next
+        _Double.batches.append(len(calls))
+        return [[Word(w, 0, 1) for w in call.words] for call in calls]
+
+
+def test_segments_that_arrive_together_are_aligned_in_batches(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(qwen3, "_Model", _Double)
+    _Double.batches.clear()
+    aligner = Qwen3Aligner("unused", batch=8)
+    results: list[Any] = [None] * 24
+    gate = threading.Barrier(24)
+
+    def one(n: int) -> None:
+        gate.wait()
+        results[n] = aligner.align(np.zeros(RATE, np.float32), RATE, f"word {n} here")
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert [[w.word for w in r] for r in results] == [["word", str(n), "here"]
+                                                      for n in range(24)]
+    assert sum(_Double.batches) == 24
+    assert max(_Double.batches) <= 8
+    assert len(_Double.batches) < 24  # some went together
+
+
+def test_a_model_that_cannot_load_fails_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(path: str, options: dict[str, Any]) -> None:
+        raise OSError("no checkpoint at " + path)
+
+    monkeypatch.setattr(qwen3, "_Model", broken)
+    aligner = Qwen3Aligner("/nowhere")
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="no checkpoint"):
+            aligner.align(np.zeros(RATE, np.float32), RATE, "some words")
+
+
+def test_nothing_to_align_gives_none_without_loading(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(qwen3, "_Model", None)  # would fail if it were called
+    aligner = Qwen3Aligner("unused")
+    assert aligner.align(np.zeros(RATE, np.float32), RATE, "...") is None
+    assert aligner.align(np.zeros(0, np.float32), RATE, "words") is None
+
+
+def test_aligner_qwen3_aligns_on_the_gpu_and_hears_with_pocketsphinx(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ALIGNER=qwen3: the worker's checker (workers/alignment.py) places words with the GPU
+    aligner; the recognition check keeps PocketSphinx's pool."""
+    import workers.settings
+    from workers import alignment
+
+    monkeypatch.setenv("NARRATOR_ALIGNER", "qwen3")
+    monkeypatch.setenv("NARRATOR_ALIGNER_MODEL", "/models/qwen3-forced-aligner")
+    monkeypatch.setenv("NARRATOR_ALIGNER_BATCH", "4")
+    workers.settings.get_settings.cache_clear()
+    monkeypatch.setattr(qwen3, "_Model", _Double)
+    monkeypatch.setattr(alignment, "_POOL", [])
+    try:
+        checker = alignment._pooled()
+        words = checker.align(np.zeros(RATE, np.float32), RATE, "Two words.")
+        assert [w.word for w in words] == ["two", "words"]
+        assert checker.processes == 4
+        assert checker.transcribe.__self__.__class__.__name__ == "PooledAligner"
+    finally:
+        workers.settings.get_settings.cache_clear()
+
+
+def test_an_unknown_aligner_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pydantic
+
+    import workers.settings
+
+    monkeypatch.setenv("NARRATOR_ALIGNER", "whisper")
+    workers.settings.get_settings.cache_clear()
+    try:
+        with pytest.raises(pydantic.ValidationError):
+            workers.settings.get_settings()
+    finally:
+        workers.settings.get_settings.cache_clear()

@@ -1,0 +1,164 @@
+"""Qwen3-ForcedAligner on a GPU, through vLLM: word times from a model, for GPU fleets.
+
+Issue 18's second aligner. vLLM-Omni 0.26 serves this model only behind its speech
+WebSocket, one request at a time under a lock (`vllm_omni/utils/forced_aligner.py`). Here it
+is vLLM's pooling model (`Qwen3ASRForcedAlignerForTokenClassification`, token
+classification) in the process that aligns, and the segments that arrive together go to the
+GPU as one batch: one thread owns the model and takes whatever is queued, up to `batch`.
+
+The prompt (the audio, then each word followed by a start and an end `<timestamp>` marker),
+the marker's token and the repair of out-of-order bins are vLLM-Omni's
+(`vllm_omni.utils.qwen3_force_align_processor`). Each marker is classified into a time bin
+(`timestamp_segment_time`, 80 ms in the released checkpoint's config); Narrator turns the
+pairs into spans in samples, in order and inside the audio.
+
+The words are Narrator's own (`words_of`), so the cues map back to the written text as with
+PocketSphinx. Timed on an H100 with random weights only (`bench.gpu_aligner`): where it puts
+words is not measured, as no weights can be downloaded here.
+"""
+
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import soxr
+import structlog
+
+from core.audio import Audio
+from workers.aligners import Word, words_of
+
+log = structlog.get_logger()
+Repair = Callable[[list[int]], list[int]]
+
+
+@dataclass
+class _Call:
+    audio: Audio
+    rate: int
+    words: list[str]
+    future: concurrent.futures.Future[list[Word] | None] = field(
+        default_factory=concurrent.futures.Future)
+
+
+class Qwen3Aligner:
+    """Aligns on the GPU with Qwen3-ForcedAligner; `batch` segments at most per forward."""
+
+    def __init__(self, model: str, *, memory: float = 0.3, batch: int = 32,
+                 load_format: str = "auto", max_model_len: int = 4096) -> None:
+        self.model = model
+        self.processes = batch  # what checks_for runs at once (workers/alignment.py)
+        self._options = {"gpu_memory_utilization": memory, "load_format": load_format,
+                         "max_model_len": max_model_len}
+        self._batch = batch
+        self._calls: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loaded = threading.Event()
+        self._failed: BaseException | None = None
+
+    def align(self, audio: Audio, rate: int, text: str) -> list[Word] | None:
+        """Return each word of `text` with its span, or None (see workers.aligners.Aligner)."""
+        words = words_of(text)
+        if not words or len(audio) == 0:
+            return None
+        self.start()
+        call = _Call(np.asarray(audio, np.float32), rate, words)
+        self._calls.put(call)
+        return call.future.result()
+
+    def start(self, timeout: float | None = None) -> None:
+        """Load the model on the aligner's thread, once; wait until it is loaded."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="qwen3-aligner",
+                                                daemon=True)
+                self._thread.start()
+        self._loaded.wait(timeout)
+        if self._failed is not None:
+            raise RuntimeError(f"Qwen3-ForcedAligner did not load: {self._failed!r}")
+
+    def _serve(self) -> None:
+        try:
+            model = _Model(self.model, self._options)
+        except BaseException as error:  # every align() raises it
+            log.error("aligner.load_failed", model=self.model, error=repr(error))
+            self._failed = error
+            self._loaded.set()
+            return
+        self._loaded.set()
+        while True:
+            calls = [self._calls.get()]
+            while len(calls) < self._batch:
+                try:
+                    calls.append(self._calls.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                found = model.align(calls)
+            except Exception as error:  # those segments keep the estimate
+                log.warning("aligner.batch_failed", segments=len(calls), error=repr(error))
+                found = [None] * len(calls)
+            for call, words in zip(calls, found, strict=True):
+                call.future.set_result(words)
+
+
+class _Model:
+    """The pooling model and what decoding its output needs (on the aligner's thread)."""
+
+    def __init__(self, path: str, options: dict[str, Any]) -> None:
+        import json
+        import os
+        from pathlib import Path
+
+        from vllm import LLM
+        from vllm_omni.utils import qwen3_force_align_processor as processor
+
+        # In-process engine: vLLM-Omni found the token-classification output does not cross
+        # the engine-core IPC of this vLLM (forced_aligner.py), and sets the same.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        self.llm = LLM(model=path, runner="pooling", trust_remote_code=True, dtype="bfloat16",
+                       hf_overrides={"architectures": [
+                           "Qwen3ASRForcedAlignerForTokenClassification"]}, **options)
+        config = self.llm.llm_engine.model_config.hf_config
+        self.bin_ms = float(config.timestamp_segment_time)
+        self.marker = processor.resolve_timestamp_token_id(self.llm.get_tokenizer())
+        self.processor = processor
+        # The audio goes in at the feature extractor's rate, resampled here with soxr: vLLM
+        # resamples with PyAV, which a GPU worker need not have.
+        self.rate = int(json.loads((Path(path) / "preprocessor_config.json").read_text())
+                        .get("sampling_rate", 16000))
+
+    def align(self, calls: Sequence[_Call]) -> list[list[Word] | None]:
+        from vllm.pooling_params import PoolingParams
+
+        outputs = self.llm.encode(
+            [{"prompt": self.processor.build_prompt(call.words),
+              "multi_modal_data": {"audio": (soxr.resample(call.audio, call.rate, self.rate),
+                                             self.rate)}} for call in calls],
+            pooling_params=PoolingParams(), pooling_task="token_classify", use_tqdm=False)
+        return [spans(out.outputs.data, list(out.prompt_token_ids), self.marker, self.bin_ms,
+                      call.words, len(call.audio), call.rate, self.processor.fix_timestamp)
+                for call, out in zip(calls, outputs, strict=True)]
+
+
+def spans(logits: Any, token_ids: list[int], marker: int, bin_ms: float, words: list[str],
+          samples: int, rate: int, repair: Repair) -> list[Word] | None:
+    """Words with spans from the aligner's marker classes, or None if the markers do not
+    pair with the words (two per word). Spans are kept in order, inside the audio."""
+    at = [i for i, token in enumerate(token_ids) if token == marker]
+    if len(at) != 2 * len(words):
+        return None
+    scores = logits.float().cpu().numpy() if hasattr(logits, "cpu") else np.asarray(logits)
+    marks = repair([round(int(b) * bin_ms) for b in scores[at].argmax(axis=-1)])
+    end_ms = samples * 1000 / rate
+    out, previous = [], 0.0
+    for n, word in enumerate(words):
+        start = min(max(float(marks[2 * n]), previous), end_ms)
+        end = min(max(float(marks[2 * n + 1]), start), end_ms)
+        out.append(Word(word, round(start * rate / 1000), round(end * rate / 1000)))
+        previous = end
+    return out
