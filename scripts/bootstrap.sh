@@ -15,10 +15,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 STAMP=".venv/.narrator-installed-${EXTRAS:-base}"
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ constraints.txt -nt "$STAMP" ]; then
   echo "bootstrap: installing Narrator${EXTRAS:+ [$EXTRAS]} into .venv" >&2
   if ! { .venv/bin/python -m pip install -q --upgrade pip &&
-         .venv/bin/python -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}"; } >.venv/install.log 2>&1
+         .venv/bin/python -m pip install -q -c constraints.txt -e ".${EXTRAS:+[$EXTRAS]}"; } >.venv/install.log 2>&1
   then
     cat .venv/install.log >&2
     exit 1

@@ -123,3 +123,7 @@ def test_an_image_holds_every_package_it_installs(dockerfile: str) -> None:
     copied = {line.split()[1] for line in (ROOT / "docker" / dockerfile).read_text().splitlines()
               if line.startswith("COPY ")}
     assert packages <= copied
+    text = (ROOT / "docker" / dockerfile).read_text()
+    assert "pip install -c constraints.txt" in text  # the versions the suite runs with
+    assert "constraints.txt" in " ".join(line for line in text.splitlines()
+                                         if line.startswith("COPY "))
