@@ -13,7 +13,9 @@ from pydantic import (
     model_validator,
 )
 
+from api.settings import get_settings
 from core import lexicon
+from core.catalog import ALIGNER_LANGUAGES
 
 Format = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 JobFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "m4b"]  # m4b: chapter marks
@@ -119,10 +121,12 @@ class JobBody(SpeechFields):
 
     @model_validator(mode="after")
     def _consistent(self) -> "JobBody":
-        english = (self.language or "en")[:2].lower() == "en"
-        if "words" in self.subtitles and not english:
+        language = (self.language or "en")[:2].lower()
+        english = language == "en"
+        aligned = ALIGNER_LANGUAGES[get_settings().aligner]
+        if "words" in self.subtitles and language not in aligned:
             raise ValueError("subtitles 'words' come from forced alignment, which covers "
-                             "English only; leave 'words' out for this language")
+                             f"{', '.join(aligned)} here; leave 'words' out for this language")
         if self.mastering == "acx" and self.response_format != "mp3":
             raise ValueError("mastering 'acx' delivers what ACX takes, 192 kbps constant-"
                              "bitrate MP3: set response_format to 'mp3'")

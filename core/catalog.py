@@ -16,6 +16,11 @@ if TYPE_CHECKING:  # engines read the catalogue and must not reach the database'
 ISO_LANGUAGES = {"en": "english", "zh": "chinese", "de": "german", "it": "italian",
                  "pt": "portuguese", "es": "spanish", "ja": "japanese", "ko": "korean",
                  "fr": "french", "ru": "russian"}
+# Languages each forced aligner places words in (workers/aligners): PocketSphinx's bundled
+# model is en-us; Qwen3-ForcedAligner knows 11, of which Japanese and Korean need their own
+# word segmenters (vLLM-Omni falls back to spaces without qwen_asr), so they are left out.
+ALIGNER_LANGUAGES = {"pocketsphinx": ("en",),
+                     "qwen3": ("en", "zh", "de", "fr", "es", "pt", "it", "id", "ar")}
 QWEN3_EXTRAS = frozenset({"language", "seed", "max_new_tokens", "task_type"})
 TASK_TYPES = {"custom_voice": "CustomVoice", "voice_design": "VoiceDesign", "base": "Base"}
 

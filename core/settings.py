@@ -7,6 +7,7 @@ extend this class with what only they read.
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic_settings import SettingsConfigDict
 
@@ -29,6 +30,10 @@ class CoreSettings(DatabaseSettings, StorageSettings):
     broker_poll_seconds: float = 0.01
     engine: str = "piper"
     model: str = ""
+    # The forced aligner of the workers that run `narrator.align_segment` (workers/settings.py
+    # has its own settings): the API accepts `words` subtitles in the languages it covers
+    # (core.catalog.ALIGNER_LANGUAGES). Set it the same for the API and the workers.
+    aligner: Literal["pocketsphinx", "qwen3"] = "pocketsphinx"
     # Base of API URLs: the API uses the request's own base URL when empty; webhook payloads
     # (sent by workers) use http://127.0.0.1:8000 then.
     public_api_url: str = ""

@@ -139,3 +139,46 @@ def test_an_unknown_aligner_is_refused_at_start(monkeypatch: pytest.MonkeyPatch)
             workers.settings.get_settings()
     finally:
         workers.settings.get_settings.cache_clear()
+
+
+def test_words_are_letters_of_any_script_and_each_chinese_character() -> None:
+    from workers.aligners import words_of
+
+    assert words_of("Grüße aus Köln!") == ["grüße", "aus", "köln"]
+    assert words_of("Don\u2019t stop, it's 3:45 p.m.") == ["don't", "stop", "it's", "3", "45",
+                                                           "p", "m"]
+    assert words_of("你好，世界。Hello你好") == ["你", "好", "世", "界", "hello", "你", "好"]
+    assert words_of("كَتَبَ الولد") == ["كتب", "الولد"]  # vowel signs dropped, as Qwen's
+    assert words_of("cafe\u0301") == ["café"]  # a decomposed accent joins its letter
+
+
+@pytest.mark.parametrize(("aligner", "language", "accepted"), [
+    ("pocketsphinx", "en", True), ("pocketsphinx", "de", False),
+    ("qwen3", "de", True), ("qwen3", "zh", True), ("qwen3", "ja", False)])
+def test_word_times_are_accepted_in_the_languages_the_aligner_covers(
+        monkeypatch: pytest.MonkeyPatch, aligner: str, language: str, accepted: bool) -> None:
+    """The API (ALIGNER, shared with the workers) and the worker's gate agree."""
+    import pydantic
+
+    import api.settings
+    import workers.settings
+    from api.schemas import JobBody
+    from workers import alignment
+
+    monkeypatch.setenv("NARRATOR_ALIGNER", aligner)
+    api.settings.get_settings.cache_clear()
+    workers.settings.get_settings.cache_clear()
+    body = {"input": "Text.", "language": language, "subtitles": ["srt", "words"]}
+    try:
+        if accepted:
+            JobBody.model_validate(body)
+        else:
+            with pytest.raises(pydantic.ValidationError, match="forced alignment"):
+                JobBody.model_validate(body)
+        assert alignment._wants({"subtitles": ["srt"], "language": language}) is accepted
+        if language != "en":  # the recognition check stays English, whatever aligns
+            with pytest.raises(pydantic.ValidationError, match="English recogniser"):
+                JobBody.model_validate(body | {"subtitles": ["srt"], "verify": "flag"})
+    finally:
+        api.settings.get_settings.cache_clear()
+        workers.settings.get_settings.cache_clear()

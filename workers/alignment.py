@@ -21,6 +21,7 @@ import soundfile as sf
 import structlog
 from sqlalchemy.orm import defer
 
+from core.catalog import ALIGNER_LANGUAGES
 from core.keys import part_key, parts_prefix
 from core.lexicon import reader_for
 from models import Job, JobStatus, Segment, SegmentStatus
@@ -63,16 +64,18 @@ def _pooled() -> Any:
         return _POOL[0]
 
 
-LANGUAGES = ("en",)  # what the CPU aligner's acoustic model and dictionary cover
+def _language(options: dict[str, Any] | None) -> str:
+    return ((options or {}).get("language") or "en")[:2].lower()
 
 
 def _english(options: dict[str, Any] | None) -> bool:
-    return ((options or {}).get("language") or "en")[:2] in LANGUAGES
+    return _language(options) == "en"  # the recogniser's (`verify`) only language
 
 
 def _wants(options: dict[str, Any] | None) -> bool:
-    return get_settings().align_words and bool((options or {}).get("subtitles")) \
-        and _english(options)
+    settings = get_settings()
+    return settings.align_words and bool((options or {}).get("subtitles")) \
+        and _language(options) in ALIGNER_LANGUAGES[settings.aligner]
 
 
 def wanted(job: Job) -> bool:

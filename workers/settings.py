@@ -1,7 +1,6 @@
 """Worker settings: the core ones plus engine tuning, text and audio choices."""
 
 from functools import lru_cache
-from typing import Literal
 
 from core.settings import CoreSettings
 
@@ -22,10 +21,8 @@ class WorkerSettings(CoreSettings):
     # segment force-aligned on a CPU worker (PocketSphinx); false: cues are estimated.
     align_words: bool = True
     align_processes: int = 0  # processes a CPU worker aligns in at once; 0: half its cores
-    # The forced aligner of the workers that run `narrator.align_segment`: "pocketsphinx" (CPU,
-    # bundled) or "qwen3" (Qwen3-ForcedAligner through vLLM on that worker's GPU; ALIGNER_MODEL
-    # is its checkpoint). The recognition check (`verify`) stays on PocketSphinx.
-    aligner: Literal["pocketsphinx", "qwen3"] = "pocketsphinx"
+    # ALIGNER=qwen3 (core settings): Qwen3-ForcedAligner through vLLM on this worker's GPU,
+    # from this checkpoint. The recognition check (`verify`) stays on PocketSphinx.
     aligner_model: str = ""
     aligner_gpu_memory: float = 0.3  # the share of the GPU vLLM takes for the aligner
     aligner_batch: int = 32  # segments the GPU aligns in one forward pass, at most
