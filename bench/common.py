@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,17 +101,20 @@ class Platform:
     api: subprocess.Popen[bytes]
     worker: subprocess.Popen[bytes] | None
     folder: Path
+    more_apis: list[subprocess.Popen[bytes]] = field(default_factory=list)  # --reuse-port
 
 
 @contextmanager
 def platform_on_services(database_url: str = PG_URL, redis_url: str = "redis://127.0.0.1:6379/5",
                          worker: bool = True, api_args: tuple[str, ...] = (),
                          extra_env: dict[str, str] | None = None,
-                         api_wrapper: tuple[str, ...] = ()) -> Iterator[Platform]:
+                         api_wrapper: tuple[str, ...] = (),
+                         apis: int = 1) -> Iterator[Platform]:
     """Run the API (and a worker) against a fresh database of their own and an empty Redis.
 
     Yields once /readyz answers (and, with a worker, once it is ready); the database is
-    dropped afterwards. `api_wrapper` goes before the API's command (a profiler).
+    dropped afterwards. `api_wrapper` goes before the API's command (a profiler). `apis`
+    starts that many API processes on the port (with `--reuse-port` in `api_args`).
     """
     import redis
     from sqlalchemy import text
@@ -139,6 +142,9 @@ def platform_on_services(database_url: str = PG_URL, redis_url: str = "redis://1
     api = subprocess.Popen([*api_wrapper, *command, "api", "--port", str(port), *api_args],
                            env=env,
                            stdout=logs[0], stderr=logs[0], start_new_session=True)
+    more = [subprocess.Popen([*command, "api", "--port", str(port), *api_args], env=env,
+                             stdout=logs[0], stderr=logs[0], start_new_session=True)
+            for _ in range(apis - 1)]
     work = subprocess.Popen([*command, "worker", "--loglevel", "WARNING"], env=env,
                             stdout=logs[1], stderr=logs[1], start_new_session=True) \
         if worker else None
@@ -153,9 +159,9 @@ def platform_on_services(database_url: str = PG_URL, redis_url: str = "redis://1
             if time.monotonic() > deadline or api.poll() is not None:
                 raise RuntimeError((folder / "api.log").read_text()[-2000:])
             time.sleep(0.3)
-        yield Platform(url, database, api, work, folder)
+        yield Platform(url, database, api, work, folder, more)
     finally:
-        for process in (api, work):
+        for process in (api, *more, work):
             if process is not None:
                 process.send_signal(signal.SIGINT if process is api and api_wrapper
                                     else signal.SIGTERM)  # py-spy writes its profile on ^C

@@ -128,17 +128,34 @@ def _share_metrics() -> None:
 
 
 @cli.command()
-def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
+        reuse_port: Annotated[bool, typer.Option(
+            help="bind with SO_REUSEPORT (Linux), so that several `narrator api` processes "
+                 "share the port and the kernel spreads new connections between them")] = False,
+        ) -> None:
     """Run the HTTP API."""
     import uvicorn
 
     if workers > 1:
+        if reuse_port:
+            raise typer.BadParameter("--reuse-port is one process each: start several")
         _share_metrics()  # each worker process writes its own; /metrics adds them up
 
     # app_dir: the installed packages, not the working directory (a ./models folder
     # there must not shadow ours).
-    uvicorn.run("api.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level="warning", access_log=False, app_dir=str(ROOT))
+    options: dict[str, Any] = {"factory": True, "log_level": "warning", "access_log": False}
+    if not reuse_port:
+        uvicorn.run("api.app:create_app", host=host, port=port, workers=workers,
+                    app_dir=str(ROOT), **options)
+        return
+    import socket
+
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind((host, port))
+    sys.path.insert(0, str(ROOT))
+    uvicorn.Server(uvicorn.Config("api.app:create_app", **options)).run(sockets=[listener])
 
 
 @cli.command()
