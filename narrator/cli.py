@@ -131,31 +131,70 @@ def _share_metrics() -> None:
 def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
         reuse_port: Annotated[bool, typer.Option(
             help="bind with SO_REUSEPORT (Linux), so that several `narrator api` processes "
-                 "share the port and the kernel spreads new connections between them")] = False,
+                 "share the port and the kernel spreads new connections between them "
+                 "(what --workers does)")] = False,
         ) -> None:
-    """Run the HTTP API."""
+    """Run the HTTP API (--workers N: N processes, each with its own socket on the port)."""
+    import socket
+
     import uvicorn
 
     if workers > 1:
-        if reuse_port:
-            raise typer.BadParameter("--reuse-port is one process each: start several")
-        _share_metrics()  # each worker process writes its own; /metrics adds them up
-
-    # app_dir: the installed packages, not the working directory (a ./models folder
-    # there must not shadow ours).
+        _share_metrics()  # each process writes its own; /metrics adds them up
+        _supervise([sys.executable, "-P", "-m", "narrator", "api", "--host", host,
+                    "--port", str(port), "--reuse-port"], workers)
+        return
     options: dict[str, Any] = {"factory": True, "log_level": "warning", "access_log": False}
     if not reuse_port:
-        uvicorn.run("api.app:create_app", host=host, port=port, workers=workers,
-                    app_dir=str(ROOT), **options)
+        # app_dir: the installed packages, not the working directory (a ./models folder
+        # there must not shadow ours).
+        uvicorn.run("api.app:create_app", host=host, port=port, app_dir=str(ROOT), **options)
         return
-    import socket
-
+    sys.path.insert(0, str(ROOT))
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     listener.bind((host, port))
-    sys.path.insert(0, str(ROOT))
     uvicorn.Server(uvicorn.Config("api.app:create_app", **options)).run(sockets=[listener])
+
+
+def _supervise(argv: list[str], count: int) -> None:
+    """Run `count` copies of `argv` until SIGTERM or SIGINT; start again one that exits.
+
+    uvicorn's own --workers shares one listening socket between its processes, and the
+    kernel then hands keep-alive connections to whichever process accepts first: under
+    bench.submit one process of two took every connection in one run of two (356 jobs/s, as
+    one process), while each process on its own SO_REUSEPORT socket took half every time
+    (586-618 against one process's 391-462; bench/results/submit_reuseport_2026-11-25_s14.txt).
+    """
+    import time
+
+    import structlog
+
+    log = structlog.get_logger()
+    children = [subprocess.Popen(argv) for _ in range(count)]
+    stopping = False
+
+    def stop(_signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            child.send_signal(signal.SIGTERM)  # uvicorn's graceful shutdown
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping:
+        for n, child in enumerate(children):
+            if child.poll() is not None and not stopping:
+                log.warning("api.process_exited", pid=child.pid, code=child.returncode)
+                time.sleep(1)
+                children[n] = subprocess.Popen(argv)
+        time.sleep(0.5)
+    for child in children:
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.kill()
 
 
 @cli.command()

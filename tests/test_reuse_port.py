@@ -46,8 +46,38 @@ def test_two_api_processes_share_a_port(tmp_path: Path) -> None:
             process.wait(30)
 
 
-def test_reuse_port_is_one_process_each() -> None:
-    refused = subprocess.run(narrator("api", "--workers", "2", "--reuse-port"),
-                             capture_output=True, text=True, timeout=60)
-    assert refused.returncode != 0
-    assert "one process each" in refused.stderr
+def test_api_workers_are_processes_on_their_own_sockets_started_again_if_they_die(
+        tmp_path: Path) -> None:
+    """`narrator api --workers 2`: two `--reuse-port` children; one that dies is replaced,
+    and SIGTERM stops them all."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
+        "NARRATOR_DATA_DIR": str(tmp_path)}
+    log = tmp_path / "api.log"
+    with log.open("wb") as out:
+        parent = subprocess.Popen(narrator("api", "--port", str(port), "--workers", "2"),
+                                  env=env, stdout=out, stderr=out)
+    children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+    try:
+        assert _healthy(url, time.monotonic() + 60), log.read_text()
+        first = [int(pid) for pid in children.read_text().split()]
+        assert len(first) == 2
+        os.kill(first[0], 9)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            now = [int(pid) for pid in children.read_text().split()]
+            if len(now) == 2 and first[0] not in now:
+                break
+            time.sleep(0.3)
+        assert len(now) == 2, log.read_text()
+        assert first[0] not in now
+        assert _healthy(url, time.monotonic() + 60)
+        parent.terminate()
+        assert parent.wait(60) == 0
+        for pid in now:
+            assert not Path(f"/proc/{pid}").exists() or \
+                "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    finally:
+        parent.kill()
+        parent.wait(30)
