@@ -183,10 +183,15 @@ def _supervise(argv: list[str], count: int) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    exits: list[float] = []  # when processes exited: a crash loop ends the supervisor
     while not stopping:
         for n, child in enumerate(children):
             if child.poll() is not None and not stopping:
                 log.warning("api.process_exited", pid=child.pid, code=child.returncode)
+                exits = [t for t in exits if t > time.monotonic() - 60] + [time.monotonic()]
+                if len(exits) > 2 * count:  # it cannot start (the port is taken, ...)
+                    stop(signal.SIGTERM, None)
+                    break
                 time.sleep(1)
                 children[n] = subprocess.Popen(argv)
         time.sleep(0.5)
@@ -195,6 +200,8 @@ def _supervise(argv: list[str], count: int) -> None:
             child.wait(30)
         except subprocess.TimeoutExpired:
             child.kill()
+    if len(exits) > 2 * count:
+        raise SystemExit(f"API processes exited {len(exits)} times in a minute")
 
 
 @cli.command()

@@ -81,3 +81,20 @@ def test_api_workers_are_processes_on_their_own_sockets_started_again_if_they_di
     finally:
         parent.kill()
         parent.wait(30)
+
+
+def test_api_workers_that_cannot_start_end_the_supervisor(tmp_path: Path) -> None:
+    """A taken port: the processes exit at once, and `--workers` gives up with an error
+    rather than starting them again forever."""
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
+        "NARRATOR_DATA_DIR": str(tmp_path)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ended = subprocess.run(narrator("api", "--port", str(port), "--workers", "2"),
+                               env=env, capture_output=True, text=True, timeout=120)
+    assert ended.returncode != 0
+    assert "exited" in ended.stderr
