@@ -121,8 +121,7 @@ def main() -> None:
           f"p99 {top['p99_ms']:.1f} ms (target < 50); API RSS max {max(rss.samples):.0f} MiB")
     save(f"submit_w{args.api_workers}{'_reuseport' if args.reuse_port else ''}",
          {"api_workers": args.api_workers, "reuse_port": args.reuse_port, "levels": results,
-                                         "api_rss_max_mib": max(rss.samples),
-                                         "target": {"jobs_per_s": 1000, "p99_ms": 50}})
+          "api_rss_max_mib": max(rss.samples), "target": {"jobs_per_s": 1000, "p99_ms": 50}})
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """`narrator api --reuse-port`: several API processes on one port (SO_REUSEPORT), each
 answering; the port stays served when one of them stops."""
 
+import contextlib
 import os
 import subprocess
 import time
@@ -13,24 +14,31 @@ from tests.support import free_port, narrator
 
 def _healthy(url: str, deadline: float) -> bool:
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
                 return True
-        except httpx.HTTPError:
-            pass
         time.sleep(0.2)
     return False
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
+        "NARRATOR_DATA_DIR": str(tmp_path)}
+
+
+def _apis(tmp_path: Path, port: int, *args: str, count: int = 1) -> list[subprocess.Popen[bytes]]:
+    """Start `count` `narrator api --port PORT ARGS` processes, logging to api.log."""
+    with (tmp_path / "api.log").open("ab") as out:
+        return [subprocess.Popen(narrator("api", "--port", str(port), *args),
+                                 env=_env(tmp_path), stdout=out, stderr=out)
+                for _ in range(count)]
 
 
 def test_two_api_processes_share_a_port(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
-        "NARRATOR_DATA_DIR": str(tmp_path)}
     log = tmp_path / "api.log"
-    with log.open("wb") as out:
-        processes = [subprocess.Popen(narrator("api", "--port", str(port), "--reuse-port"),
-                                      env=env, stdout=out, stderr=out) for _ in range(2)]
+    processes = _apis(tmp_path, port, "--reuse-port", count=2)
     try:
         assert _healthy(url, time.monotonic() + 60), log.read_text()
         time.sleep(1)  # both have bound by now, or one has failed to
@@ -52,12 +60,8 @@ def test_api_workers_are_processes_on_their_own_sockets_started_again_if_they_di
     and SIGTERM stops them all."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
-        "NARRATOR_DATA_DIR": str(tmp_path)}
     log = tmp_path / "api.log"
-    with log.open("wb") as out:
-        parent = subprocess.Popen(narrator("api", "--port", str(port), "--workers", "2"),
-                                  env=env, stdout=out, stderr=out)
+    [parent] = _apis(tmp_path, port, "--workers", "2")
     children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
     try:
         assert _healthy(url, time.monotonic() + 60), log.read_text()
@@ -88,13 +92,12 @@ def test_api_workers_that_cannot_start_end_the_supervisor(tmp_path: Path) -> Non
     rather than starting them again forever."""
     import socket
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")} | {
-        "NARRATOR_DATA_DIR": str(tmp_path)}
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         ended = subprocess.run(narrator("api", "--port", str(port), "--workers", "2"),
-                               env=env, capture_output=True, text=True, timeout=120)
+                               env=_env(tmp_path), capture_output=True, text=True,
+                               timeout=120)
     assert ended.returncode != 0
     assert "exited" in ended.stderr

@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import soundfile as sf
 import structlog
@@ -33,6 +33,9 @@ from workers.aligners.pool import PooledAligner
 from workers.assembly import cores
 from workers.settings import get_settings
 
+if TYPE_CHECKING:  # vLLM is imported only where ALIGNER=qwen3
+    from workers.aligners.qwen3 import Qwen3Aligner
+
 log = structlog.get_logger()
 
 _POOL: list[Any] = []  # the process's one checker, made on first use
@@ -42,8 +45,9 @@ _POOL_LOCK = threading.Lock()
 class _OnGpu:
     """Qwen3-ForcedAligner aligns (on this worker's GPU); PocketSphinx hears (`verify`)."""
 
-    def __init__(self, aligner: Aligner, hearing: PooledAligner, processes: int) -> None:
-        self.align, self.transcribe, self.processes = aligner.align, hearing.transcribe, processes
+    def __init__(self, aligner: "Qwen3Aligner", hearing: PooledAligner) -> None:
+        self.align, self.transcribe = aligner.align, hearing.transcribe
+        self.processes = aligner.processes  # its batch: what the assembly checks at once
 
 
 def _pooled() -> Any:
@@ -58,7 +62,7 @@ def _pooled() -> Any:
 
                 gpu = Qwen3Aligner(settings.aligner_model, memory=settings.aligner_gpu_memory,
                                    batch=settings.aligner_batch)
-                _POOL.append(_OnGpu(gpu, pool, settings.aligner_batch))
+                _POOL.append(_OnGpu(gpu, pool))
             else:
                 _POOL.append(pool)
         return _POOL[0]
