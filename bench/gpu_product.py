@@ -21,6 +21,9 @@ stop by themselves. One table:
                     once in pieces that share the FRAMES by length, as SYNC_PIECES does), and
                     one long sentence (LONG_SENTENCE, spoken at once in its clauses)
   GPU               nvidia-smi utilisation.gpu (mean) and memory.used (peak) in the job phases
+  recycle           (--restart) SIGHUP to the GPU worker -> its new image ready: the worker
+                    execs itself and adopts its running engine (WORKER_MAX_TASKS does the same)
+  restart           (--restart) the GPU worker stopped and started again, warm caches
 
 Audio-seconds count speech only (the manifests' segment durations, not inserted silences).
 --double runs the worker over the CPU engine double (tests/doubles/site): it proves the
@@ -34,6 +37,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -284,6 +288,24 @@ def scale_out(client: Client, args: argparse.Namespace, busy: GpuBusy,
     return out
 
 
+def recycle(args: argparse.Namespace, worker: subprocess.Popen[bytes], log: Path
+            ) -> dict[str, Any]:
+    """SIGHUP the GPU worker (a recycle, as WORKER_MAX_TASKS makes one): it stops as on
+    SIGTERM, execs itself and adopts its running engine. Seconds from the signal to its
+    new image's `engine.ready` line, and where they went by its log."""
+    mark = log.stat().st_size
+    sent, launched = time.monotonic(), time.strftime("%H:%M:%S", time.gmtime())
+    worker.send_signal(signal.SIGHUP)
+    while '"engine.ready"' not in log.read_bytes()[mark:].decode(errors="replace"):
+        if worker.poll() is not None or time.monotonic() - sent > args.start_timeout:
+            raise RuntimeError("the worker did not come back from its recycle")
+        time.sleep(0.1)
+    seconds = time.monotonic() - sent
+    text = log.read_bytes()[mark:].decode(errors="replace")
+    return {"seconds": seconds, "adopted": "engine.process_adopted" in text,
+            "steps": [("SIGHUP sent", launched), *start_steps(text, RECYCLE_STEPS)]}
+
+
 def restart(url: str, args: argparse.Namespace, worker: subprocess.Popen[bytes],
             env: dict[str, str], log: Path) -> dict[str, Any]:
     """Stop the GPU worker and start it again (warm caches): seconds to ready, and where
@@ -323,10 +345,23 @@ START_STEPS = [
 ]
 
 
-def start_steps(text: str) -> list[tuple[str, str]]:
-    """Return the wall-clock time of each START_STEPS line found in a worker's log."""
+RECYCLE_STEPS = [
+    ("warm shutdown begins", "worker.recycling"),
+    ("engine detached", "engine.process_detached"),
+    ("new image's CLI running", "worker.starting"),
+    ("Celery started (worker_init)", "worker.initialising"),
+    ("engine adopted", "engine.process_adopted"),
+    ("engine started", "engine.process_started"),  # only when it could not adopt
+    ("warm-up skipped", "engine.warm_up_skipped"),
+    ("ready", "engine.ready"),
+]
+
+
+def start_steps(text: str, steps: list[tuple[str, str]] = START_STEPS
+                ) -> list[tuple[str, str]]:
+    """Return the wall-clock time of each of `steps`' lines found in a worker's log."""
     found = []
-    for name, needle in START_STEPS:
+    for name, needle in steps:
         for line in text.splitlines():
             if needle in line:
                 stamp = re.search(r"\d\d:\d\d:\d\d(\.\d+)?", line)
@@ -374,6 +409,7 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
                 scale_out(client, args, busy, gpu_workers) if args.scale_out
                 else measure(client, args, busy, profiled(args, gpu_workers, logs)))
             if args.restart and mode == "production":
+                phase(result, "recycle", recycle(args, gpu_workers[0], logs / "worker.log"))
                 phase(result, "restart", restart(url, args, gpu_workers[0], env,
                                                  logs / "worker.log"))
                 for extra in args.restart_env:  # the same restart, a setting changed
@@ -492,7 +528,8 @@ def main() -> None:
                         help="py-spy the GPU worker for this long in the sustained phase")
     parser.add_argument("--py-spy", default="py-spy", help="the py-spy binary")
     parser.add_argument("--restart", action="store_true",
-                        help="then stop the GPU worker and time its restart (warm caches)")
+                        help="then recycle the GPU worker (SIGHUP: its engine is kept), stop "
+                             "it and time its restart (warm caches)")
     parser.add_argument("--restart-env", action="append", default=[], metavar="NAME=VALUE",
                         help="after --restart's, another restart with this setting changed "
                              "(repeatable: one restart each)")
@@ -519,6 +556,10 @@ def main() -> None:
             rows += scale_rows(mode, r, args)
         else:
             rows += phase_rows(mode, r, args, raw, bare, in_flight)
+        if "recycle" in r:
+            rows.append([mode, "recycle (SIGHUP), engine kept: signal -> ready",
+                         f"{r['recycle']['seconds']:.1f} s", "; ".join(
+                             f"{step} {at}" for step, at in r["recycle"]["steps"])])
         for name, value in r.items():
             if name.startswith("restart"):
                 rows.append([mode, f"{name}, warm caches: stop -> ready",

@@ -1,6 +1,7 @@
 """Helpers for tests: free ports, real service processes, and audio checks."""
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -22,6 +23,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def log_events(text: str) -> list[dict[str, Any]]:
+    """Return the JSON log events in a process's output. The worker and its engine's child
+    share one stderr, and now and then one's line lands inside the other's before its
+    newline: every object is taken, wherever it starts."""
+    decoder, events = json.JSONDecoder(), []
+    for line in text.splitlines():
+        at = line.find("{")
+        while at != -1:
+            try:
+                event, end = decoder.raw_decode(line, at)
+            except json.JSONDecodeError:
+                at = line.find("{", at + 1)
+                continue
+            if isinstance(event, dict) and "event" in event:
+                events.append(event)
+            at = line.find("{", end)
+    return events
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str,

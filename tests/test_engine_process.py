@@ -1,14 +1,15 @@
-"""The engine in a child process of its own: the same protocol, across a real pipe.
+"""The engine in a child process of its own: the same protocol, across a real socket.
 
 The child runs the real VllmOmniEngine over the CPU test double of AsyncOmni (FakeOmni: the
-GPU engine boundary, as in test_vllm_omni_adapter.py); the process, the pipe, the pickling
-and the restart after a crash are real.
+GPU engine boundary, as in test_vllm_omni_adapter.py); the process, the socket, the pickling,
+the adoption across a recycle and the restart after a crash are real.
 """
 
 import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from core.catalog import Qwen3Config, qwen3_model
 from tests.doubles.omni import SCALE, FakeOmni, SlowOmni
 from tests.test_vllm_omni_adapter import MODEL, assert_concurrent_requests_keep_their_own_audio
 from workers.engines import SpeechRequest
-from workers.engines.engine_process import EngineProcess, EngineProcessError
+from workers.engines.engine_process import ADOPT_ENV, EngineProcess, EngineProcessError
 from workers.engines.qwen3_tts import OutputKind
 from workers.engines.vllm_omni import VllmOmniEngine
 
@@ -138,3 +139,91 @@ def test_realtime_messages_leave_the_child_before_queued_batch_audio() -> None:
                      ("done", 2, 0.0)]
     assert not sender.is_alive()
     assert not received.poll(0.1)
+
+
+def test_a_detached_engine_is_adopted_warm_by_the_next_image(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recycle: the worker detaches from its engine's child and execs; the new image (here
+    a new EngineProcess in the same process, as after exec) adopts the same child through
+    ADOPT_ENV, learns it is warm, and its requests run there. A request still in flight at
+    the detach fails (its task retries); closing the adopter stops the child."""
+    monkeypatch.delenv(ADOPT_ENV, raising=False)
+    first = make(build_slow)
+    first.start()
+    pid = first._process.pid
+    assert len(first.synthesize([SpeechRequest(text="warm", voice="ryan",
+                                               max_new_tokens=5)])[0]) == 5 * SCALE
+    running = first.submit(SpeechRequest(text="long", voice="ryan", max_new_tokens=2500),
+                           OutputKind.FINAL_ONLY)
+    first.detach()
+    with pytest.raises(EngineProcessError, match="recycling"):
+        running.result(timeout=5)
+    assert os.environ[ADOPT_ENV].startswith(f"{pid}:")
+    second = make(build_slow)
+    try:
+        second.start()
+        assert ADOPT_ENV not in os.environ  # taken once: a later restart starts a new child
+        assert second._process.pid == pid
+        assert second.served_before >= 1
+        audio = second.synthesize([SpeechRequest(text="again", voice="ryan",
+                                                 max_new_tokens=25)])[0]
+        assert len(audio) == 25 * SCALE
+        process = second._process
+    finally:
+        second.close()
+    assert not process.is_alive()
+    assert process.exitcode == 0
+    assert not Path(second._address).parent.exists()  # its socket's folder is removed
+
+
+def test_an_adoption_that_finds_no_engine_starts_a_new_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(ADOPT_ENV, f"999999:{'00' * 32}:{tmp_path / 'gone.sock'}")
+    engine = make()
+    try:
+        engine.start()
+        assert engine._process.pid != 999999
+        assert engine.served_before == 0  # a new engine: the worker warms it up
+        assert len(engine.synthesize([SpeechRequest(text="x", voice="ryan",
+                                                    max_new_tokens=5)])[0]) == 5 * SCALE
+    finally:
+        engine.close()
+
+
+def test_a_detached_engine_nobody_adopts_stops_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ADOPT_WAIT_SECONDS (600 s by default), shortened to 1 s: the mechanism; a recycled
+    image that fails to come back does not leave the GPU held for ever."""
+    import workers.engines.engine_process as engine_process
+
+    monkeypatch.setattr(engine_process, "ADOPT_WAIT_SECONDS", 1.0)
+    engine = make()
+    engine.start()
+    process = engine._process
+    engine.detach()
+    monkeypatch.delenv(ADOPT_ENV)
+    process.join(30)
+    assert process.exitcode == 0
+
+
+def test_only_a_holder_of_the_key_can_adopt_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The socket lies in a folder only this user can enter, and a connection must also
+    prove the key: a wrong one is turned away, and the worker's next image still adopts."""
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    monkeypatch.delenv(ADOPT_ENV, raising=False)
+    engine = make()
+    engine.start()
+    address, pid = engine._address, engine._process.pid
+    assert oct(Path(address).parent.stat().st_mode & 0o777) == "0o700"
+    engine.detach()
+    with pytest.raises((AuthenticationError, EOFError, ConnectionError)):
+        Client(address, family="AF_UNIX", authkey=b"wrong")
+    again = make()
+    try:
+        again.start()
+        assert again._process.pid == pid
+        assert len(again.synthesize([SpeechRequest(text="x", voice="ryan",
+                                                   max_new_tokens=5)])[0]) == 5 * SCALE
+    finally:
+        again.close()

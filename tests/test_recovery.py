@@ -20,7 +20,16 @@ import pytest
 import redis
 
 from tests.conftest import base_env, fresh_database, redis_url
-from tests.support import Process, Stack, narrator, start_stack, wait_for, wait_job, wait_segments
+from tests.support import (
+    Process,
+    Stack,
+    log_events,
+    narrator,
+    start_stack,
+    wait_for,
+    wait_job,
+    wait_segments,
+)
 
 PARAGRAPH = ("The tide came in over the flats before anyone had noticed, and the birds rose "
              "together from the water in one long grey sheet. ") * 3
@@ -200,8 +209,7 @@ def test_sigterm_past_the_grace_period_hands_the_segments_back_at_once(tmp_path:
             second.stop()
     print(f"SIGTERM to exit: {exited:.1f} s")  # pytest -s shows it
     assert exited < 2 + 8, exited  # the grace period, not the segments' 8 s
-    handed = [json.loads(line) for line in first.splitlines()
-              if line.startswith("{") and "worker.handed_back" in line]
+    handed = [e for e in log_events(first) if e["event"] == "worker.handed_back"]
     assert handed, first[-3000:]
     assert handed[0]["segments"] >= 4  # those in the engine, and any taken off the broker
     assert "segment.done" not in first
@@ -220,8 +228,8 @@ def test_a_gpu_workers_engine_child_killed_mid_job_restarts_and_the_job_complete
     pending and run again on a new child, default retry settings; the worker never stops."""
     with _gpu_job(tmp_path, 300) as (stack, http, job):
         time.sleep(1.0)  # segments in the engine (3 s each)
-        started = [json.loads(line) for line in stack.worker.output().splitlines()
-                   if line.startswith("{") and "engine.process_started" in line]
+        started = [e for e in log_events(stack.worker.output())
+                   if e["event"] == "engine.process_started"]
         os.kill(started[-1]["pid"], signal.SIGKILL)
         done = wait_job(http, job["id"], timeout=120)
         log = stack.worker.output()
@@ -230,6 +238,43 @@ def test_a_gpu_workers_engine_child_killed_mid_job_restarts_and_the_job_complete
     assert done["segments"]["done"] == 6
     assert log.count("engine.process_started") == 2  # the child was started again
     assert worker_alive
+
+
+def test_a_recycled_gpu_worker_keeps_its_engine_warm(tmp_path: Path) -> None:
+    """A GPU-style worker (the engine double in its child process) recycles during a job
+    (WORKER_MAX_TASKS=4) and once more on SIGHUP: each new image of the worker adopts the
+    same engine child, skips the warm-up, and the job completes with every segment once;
+    sync speech works after the last recycle."""
+    with _gpu_job(tmp_path, 100, NARRATOR_WORKER_MAX_TASKS="4") as (stack, http, job):
+        done = wait_job(http, job["id"], timeout=180)
+        assert stack.worker.popen is not None
+        before = stack.worker.output().count('"engine.process_adopted"')
+        wait_for(lambda: stack.worker.output().count('"engine.ready"') == before + 1, 60,
+                 "the last recycle to be ready")
+        stack.worker.popen.send_signal(signal.SIGHUP)
+        wait_for(lambda: stack.worker.output().count('"engine.ready"') == before + 2, 60,
+                 "the worker to recycle on SIGHUP")
+        speech = http.post("/v1/audio/speech", json={
+            "input": "After the recycle.", "voice": "ryan", "max_new_tokens": 50,
+            "response_format": "wav"}, timeout=60)
+        log = stack.worker.output()
+        alive = stack.worker.popen.poll() is None
+    assert done["status"] == "completed", (done, log[-3000:])
+    events = log_events(log)
+    started = [e["pid"] for e in events if e["event"] == "engine.process_started"]
+    adopted = [e["pid"] for e in events if e["event"] == "engine.process_adopted"]
+    assert len(started) == 1, log[-3000:]  # one engine start for the whole test
+    assert len(adopted) >= 2
+    assert set(adopted) == set(started)
+    assert sum(e["event"] == "engine.warm_up_skipped" for e in events) == len(adopted)
+    assert sum(e["event"] == "worker.recycling" and e["reason"] == "SIGHUP"
+               for e in events) == 1
+    assert speech.status_code == 200, speech.text
+    assert alive
+    key = str(uuid.UUID(hex=job["id"].removeprefix("job_")))
+    runs = sorted(e["segment"] for e in events
+                  if e["event"] == "segment.done" and e.get("job_id") == key)
+    assert runs == list(range(6))
 
 
 @pytest.mark.parametrize("limit", [{"NARRATOR_WORKER_MAX_TASKS": "4"},

@@ -4,7 +4,10 @@ A long-lived worker's memory creeps (about 1.9 KB per job in the 10,000-job soak
 found). Past WORKER_MAX_TASKS tasks or WORKER_MAX_RSS_MB of resident memory, the worker
 stops the way SIGTERM stops it (it takes nothing new, finishes or hands back what it holds)
 and then replaces itself with a fresh copy of the same command (exec: same pid, so a
-supervisor or `narrator serve` sees one long-lived process).
+supervisor or `narrator serve` sees one long-lived process). SIGHUP recycles at once.
+
+A GPU worker's engine runs in a child process (workers/engines/engine_process.py): the worker
+detaches from it before the exec, and the new image adopts it, warm, instead of starting one.
 """
 
 import os
@@ -49,6 +52,12 @@ class Recycler:
                 reason = f"{rss:.0f} MiB resident (WORKER_MAX_RSS_MB {self.max_rss_mb:g})"
             self.due = bool(reason)
             return reason
+
+    def force(self) -> bool:
+        """Make the worker due now (SIGHUP); False if it already was."""
+        with self._lock:
+            was, self.due = self.due, True
+            return not was
 
 
 def restart() -> None:

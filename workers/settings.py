@@ -47,8 +47,8 @@ class WorkerSettings(CoreSettings):
     # Recycling (workers/recycle.py): past this many tasks or this resident size (MiB) of
     # the worker's own process, it stops as on SIGTERM and starts itself again; 0: never.
     # The RSS limit is about 4x a Piper worker's steady state (450-470 MiB in the soak).
-    # On a GPU worker a restart also restarts its engine (about 2 minutes with warm caches),
-    # and the engine's child is not counted: its memory is vLLM's own (see the README).
+    # A GPU worker's engine child outlives the recycle (the new image adopts it, warm), and
+    # is not counted: its memory is vLLM's own (see the README). SIGHUP recycles at once.
     worker_max_tasks: int = 0
     worker_max_rss_mb: float = 2048.0
     metrics_port: int = 0  # a worker serves /metrics here (0: only through the API's)

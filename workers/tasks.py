@@ -116,9 +116,21 @@ def _task_ended(**_: Any) -> None:
         _busy.end()
     structlog.contextvars.clear_contextvars()
     if _recycler is not None and (reason := _recycler.task_done()):
-        log.warning("worker.recycling", reason=reason)
-        atexit.register(recycle.restart)  # after the warm shutdown below has finished
-        os.kill(os.getpid(), signal.SIGTERM)
+        _recycle(reason)
+
+
+def _recycle(reason: str) -> None:
+    """Stop as on SIGTERM, then exec a fresh image of this worker (workers/recycle.py);
+    the engine's child process stays up for it (_leave detaches it)."""
+    log.warning("worker.recycling", reason=reason)
+    atexit.register(recycle.restart)  # after the warm shutdown below has finished
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _recycle_on_sighup(_signum: int, _frame: Any) -> None:
+    """SIGHUP: recycle now (an operator's `kill -HUP`), as WORKER_MAX_TASKS would."""
+    if _recycler is not None and _recycler.force():
+        _recycle("SIGHUP")
 
 
 def warm_up(engine: Engine, settings: WorkerSettings) -> None:
@@ -142,6 +154,10 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
     # first streamed request after the warm-up took 178-195 ms (53 ms after it), and the
     # worker's log showed pysbd's modules compiling at that moment.
     speech.groups(WARM_UP_TEXT + " " + WARM_UP_TEXT, "en", 2)
+    engine.start()
+    if served := getattr(engine, "served_before", 0):  # a recycle adopted a warm engine
+        log.info("engine.warm_up_skipped", served=served)
+        return
     request = SpeechRequest(text=WARM_UP_TEXT, voice=voice,
                             max_new_tokens=settings.vllm_warmup_tokens)
     batch = settings.vllm_warmup_batch or settings.vllm_max_in_flight
@@ -222,8 +238,11 @@ def _warm_engine(**_: Any) -> None:
 
 @worker_ready.connect
 def _consuming(**_: Any) -> None:
-    """Say so to the supervisor (READY_FILE) once the engine is warm and Celery consumes."""
+    """Say so to the supervisor (READY_FILE) once the engine is warm and Celery consumes;
+    from now on SIGHUP recycles the worker (Celery's own SIGHUP handler, set as it starts,
+    would exec sys.argv, which is not how `narrator worker` was started)."""
     mark_ready(get_settings().ready_file, True)
+    signal.signal(signal.SIGHUP, _recycle_on_sighup)
 
 
 @worker_shutting_down.connect
@@ -253,8 +272,16 @@ def _hand_back_after(grace: float) -> None:
         log.exception("worker.hand_back_failed")
     _leave(finish=False)
     if _recycler is not None and _recycler.due:
+        _detach_engine()
         recycle.restart()
     os._exit(0)  # the engine's child sees its parent go and shuts the engine down
+
+
+def _detach_engine() -> None:
+    """Leave the engine's child running for the recycled image, which adopts it."""
+    detach = getattr(loaded_engine(), "detach", None)
+    if detach is not None:
+        detach()
 
 
 @worker_shutdown.connect
@@ -272,8 +299,10 @@ def _leave(finish: bool = True, **_: Any) -> None:
         if _presence.state != "failed":  # a failed worker's record says why it stopped
             with contextlib.suppress(Exception):
                 _presence.registry.remove(_presence.id)
+    if finish and _recycler is not None and _recycler.due:
+        _detach_engine()  # the next image of this process takes it over
     close = getattr(loaded_engine(), "close", None) if finish else None
-    if close is not None:  # stop its GPU processes with the worker
+    if close is not None:  # stop its GPU processes with the worker (after a detach: nothing)
         close()
     if _heart is not None:  # after the pool has finished its tasks: this worker holds none
         _heart.stop()

@@ -3,12 +3,20 @@
 vLLM-Omni's AsyncOmni runs its output loop in the process that created it. In a GPU worker
 that process also runs Celery, SQLAlchemy and the part writes of up to 96 task threads under
 one GIL. Here the engine lives in a spawned child whose only Python work is the engine; the
-worker's threads send requests down a pipe and get audio back (a 20 s segment is 1.9 MB of
+worker's threads send requests over a socket and get audio back (a 20 s segment is 1.9 MB of
 float32). bench.gpu_engine on an H100, one run: the worker went from 0.841 to 0.873 of raw
 AsyncOmni's audio-s per wall-s.
 
 The child is started on first use and started again after it dies; the requests it held fail
 with EngineProcessError, so their tasks retry.
+
+The worker talks to its child over a Unix socket in a private folder (mode 0700, and an
+authentication key as well), not an anonymous pipe, so that the engine can outlive the worker's
+own Python process when the worker recycles (WORKER_MAX_TASKS, WORKER_MAX_RSS_MB, SIGHUP): the
+worker detaches, execs itself (same pid, so the child stays its child) and the new image adopts
+the running engine through ADOPT_ENV instead of starting one. A GPU worker's recycle then costs
+Celery's start, not vLLM-Omni's import, the stages' initialisation and the warm-up (about
+90-150 s on an H100). A detached engine nobody adopts within ADOPT_WAIT_SECONDS stops itself.
 """
 
 import atexit
@@ -16,12 +24,24 @@ import concurrent.futures
 import contextlib
 import itertools
 import multiprocessing
+import os
 import pickle
 import queue
+import shutil
+import signal
+import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from multiprocessing.connection import Connection
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (
+    Client,
+    Connection,
+    answer_challenge,
+    deliver_challenge,
+)
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -34,6 +54,9 @@ from workers.engines.qwen3_tts import OutputKind, Reference
 log = structlog.get_logger()
 Build = Callable[[], Any]  # picklable: it is called in the child to make the real engine
 References = Callable[[str], Reference | None]
+ADOPT_ENV = "NARRATOR_ENGINE_ADOPT"  # "pid:authkey hex:socket path", for the worker's next image
+ADOPT_WAIT_SECONDS = 600.0  # a detached engine waits this long for the next image to adopt it
+DETACH = "detach"  # the worker's message: keep the engine running, I exec and come back
 
 
 class EngineProcessError(RuntimeError):
@@ -43,10 +66,10 @@ class EngineProcessError(RuntimeError):
 class _Outbox:
     """The child's messages to the worker, realtime ones first.
 
-    One pipe carries everything, and a batch segment's audio is 1.9 MB: when a wave of
+    One connection carries everything, and a batch segment's audio is 1.9 MB: when a wave of
     segments ends together, a streamed request's chunk queued behind 64 of them would wait
     for 120 MB to be pickled and read. Chunks and realtime answers jump that queue; the
-    pipe itself then holds at most the one message being sent.
+    socket itself then holds at most the one message being sent.
     """
 
     REALTIME, BATCH, LAST = 0, 1, 2
@@ -60,33 +83,98 @@ class _Outbox:
         self._queue.put((rank, next(self._order), message))
 
     def send_all(self, results: Connection) -> None:
-        """Send messages in rank order, then arrival order, until None."""
-        while (message := self._queue.get()[2]) is not None:
-            results.send(message)
+        """Send messages in rank order, then arrival order, until None (or the worker is
+        gone)."""
+        with contextlib.suppress(OSError):
+            while (message := self._queue.get()[2]) is not None:
+                results.send(message)
 
 
-def _serve(build: Build, requests: Connection, results: Connection) -> None:
-    """Child: run the engine, take (call id, request, reference, kind) from the pipe."""
+def _serve(build: Build, address: str, authkey: bytes, adopt_wait: float) -> None:
+    """Child: build the engine once its worker has connected, serve that connection, and
+    after a DETACH the worker's next image, until one disconnects without detaching."""
     configure()  # the worker's log format, in the worker's log (stderr is shared)
     log.info("engine.process_building")
-    outbox = _Outbox()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(4)
+    engine: Any = None
+    served = _Count()
+    wait: float | None = None  # the first worker connects as soon as it has started this
     try:
-        engine = build()
-        engine.start()
-    except BaseException as error:  # the parent reports why the start failed
-        results.send(("failed", -1, _picklable(error)))
-        return
-    # One sender: the engine's loop never blocks on a full pipe.
-    threading.Thread(target=outbox.send_all, args=(results,), name="engine-results",
-                     daemon=True).start()
-    outbox.put(("started", -1, engine.sample_rate), outbox.REALTIME)
+        while (connection := _accept(listener, authkey, wait)) is not None:
+            if engine is None:
+                try:
+                    engine = build()
+                    engine.start()
+                except BaseException as error:  # the worker reports why the start failed
+                    connection.send(("failed", -1, _picklable(error)))
+                    return
+            if not _serve_connection(engine, connection, served):
+                engine = None  # closed by its last worker image
+                break
+            log.info("engine.detached", wait_seconds=adopt_wait, served=served.value)
+            wait = adopt_wait
+        else:
+            log.warning("engine.not_adopted", wait_seconds=adopt_wait)
+    finally:
+        listener.close()
+        if engine is not None:
+            engine.close()
+
+
+def _accept(listener: socket.socket, authkey: bytes, timeout: float | None) -> Connection | None:
+    """Return the next authenticated connection, or None after `timeout` seconds."""
+    listener.settimeout(timeout)
+    while True:
+        try:
+            accepted, _ = listener.accept()
+        except TimeoutError:
+            return None
+        accepted.setblocking(True)
+        connection = Connection(accepted.detach())
+        try:
+            deliver_challenge(connection, authkey)
+            answer_challenge(connection, authkey)
+        except (AuthenticationError, EOFError, OSError):
+            connection.close()
+            continue
+        return connection
+
+
+class _Count:
+    """Requests the engine has answered (its next adopter skips the warm-up if any)."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.value += 1
+
+
+def _serve_connection(engine: Any, connection: Connection, served: _Count) -> bool:
+    """Serve one worker image: take (call id, request, reference, kind) until it closes or
+    sends DETACH. Return whether it detached (the engine then waits for its next image)."""
+    outbox = _Outbox()
+    # One sender: the engine's loop never blocks on a full socket.
+    sender = threading.Thread(target=outbox.send_all, args=(connection,),
+                              name="engine-results", daemon=True)
+    sender.start()
+    outbox.put(("started", -1, (engine.sample_rate, served.value)), outbox.REALTIME)
 
     def finished(call: int, rank: int, future: concurrent.futures.Future[Audio]) -> None:
+        served.add()
         error = future.exception()
         outbox.put(("error", call, _picklable(error)) if error else
                    ("done", call, future.result()), rank)
 
-    while (message := _receive_or_none(requests)) is not None:
+    detached = False
+    while (message := _receive_or_none(connection)) is not None:
+        if message == DETACH:
+            detached = True
+            break
         call, request, reference, kind = message
         rank = outbox.REALTIME if request.realtime else outbox.BATCH
         on_chunk = _chunks_to(outbox, call, request.request_id) \
@@ -97,13 +185,17 @@ def _serve(build: Build, requests: Connection, results: Connection) -> None:
             outbox.put(("error", call, _picklable(error)), rank)
             continue
         future.add_done_callback(lambda f, call=call, rank=rank: finished(call, rank, f))
-    engine.close()
+    if not detached:
+        engine.close()  # before the sender ends: what the engine finishes is still sent
     outbox.put(None, outbox.LAST)
+    sender.join(30)
+    connection.close()
+    return detached
 
 
 def _chunks_to(outbox: _Outbox, call: int, request_id: str) -> Callable[[Audio], None]:
     """Return a streamed call's chunk callback; it logs how long the engine took to the
-    first one (the worker logs the same seen from its side: the difference is the pipe)."""
+    first one (the worker logs the same seen from its side: the difference is the socket)."""
     asked = time.perf_counter()
     first = True
 
@@ -121,7 +213,7 @@ def _chunks_to(outbox: _Outbox, call: int, request_id: str) -> Callable[[Audio],
 def _receive_or_none(requests: Connection) -> Any:
     try:
         return requests.recv()
-    except EOFError:  # the worker is gone: free the GPU all the same
+    except (EOFError, OSError):  # the worker is gone: free the GPU all the same
         return None
 
 
@@ -141,6 +233,37 @@ class _Call:
         self.chunks = chunks
 
 
+class _Adopted:
+    """The running engine child a previous image of this process started (exec keeps the
+    pid, so it is still this process's child): what EngineProcess uses of a Process."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.exitcode: int | None = None
+
+    def is_alive(self) -> bool:
+        if self.exitcode is not None:
+            return False
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # not ours, or already reaped
+            self.exitcode = -1
+            return False
+        if pid == 0:
+            return True
+        self.exitcode = os.waitstatus_to_exitcode(status)
+        return False
+
+    def join(self, timeout: float | None = None) -> None:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
 class EngineProcess:
     """The engine protocol over an engine that runs in a child process."""
 
@@ -158,9 +281,16 @@ class EngineProcess:
         # sees a child that is gone as still alive.
         self._reaping = threading.Lock()
         self._process: Any = None
-        self._requests: Connection | None = None
+        self._connection: Connection | None = None
+        self._address = ""
+        self._authkey = b""
         self._calls: dict[int, _Call] = {}
         self._ids = itertools.count()
+        self._receiver: threading.Thread | None = None
+        self._detached: Connection | None = None  # the connection detach() gave up
+        # Requests the engine had answered before this process connected to it: more than
+        # none when this image adopted a warm engine (the warm-up is then skipped).
+        self.served_before = 0
 
     @property
     def sample_rate(self) -> int:
@@ -168,37 +298,121 @@ class EngineProcess:
         return self._sample_rate
 
     def start(self) -> None:
-        """Start the child and its engine, once; again if it has died."""
+        """Start the child and its engine, once; again if it has died. The first start of
+        a recycled worker's new image adopts the engine its previous image detached."""
         with self._lock:
             if self._process is not None:
                 with self._reaping:
                     if self._process.is_alive():
                         return
-            context = multiprocessing.get_context("spawn")  # never fork a CUDA parent
-            requests_out, requests_in = context.Pipe(duplex=False)
-            results_out, results_in = context.Pipe(duplex=False)
-            process = context.Process(target=_serve, name=f"engine-{self.info.id}",
-                                      args=(self._build, requests_out, results_in))
-            process.start()
-            requests_out.close()
-            results_in.close()
-            if not results_out.poll(self._start_timeout):
-                process.kill()
-                raise EngineProcessError(f"engine did not start in {self._start_timeout:.0f} s")
+            adopt = os.environ.pop(ADOPT_ENV, "")
+            if adopt and self._adopt(adopt):
+                return
+            self._spawn()
+
+    def _spawn(self) -> None:
+        folder = tempfile.mkdtemp(prefix="narrator-engine-")  # mode 0700
+        address, authkey = str(Path(folder) / "engine.sock"), os.urandom(32)
+        context = multiprocessing.get_context("spawn")  # never fork a CUDA parent
+        process = context.Process(target=_serve, name=f"engine-{self.info.id}",
+                                  args=(self._build, address, authkey, ADOPT_WAIT_SECONDS))
+        process.start()
+        connection = self._connect(address, authkey, process, 60)
+        if connection is None:
+            process.kill()
+            process.join(10)
+            raise EngineProcessError(f"engine process did not listen (exit code "
+                                     f"{process.exitcode})")
+        if not connection.poll(self._start_timeout):
+            process.kill()
+            raise EngineProcessError(f"engine did not start in {self._start_timeout:.0f} s")
+        try:
+            kind, _, value = connection.recv()
+        except (EOFError, OSError):
+            kind, value = "failed", EngineProcessError(f"exit code {process.exitcode}")
+        if kind != "started":
+            process.join(30)
+            raise EngineProcessError(f"engine failed to start: {value!r}") from value
+        atexit.register(self.close)  # before multiprocessing joins its children at exit
+        self._attach(process, connection, address, authkey)
+        log.info("engine.process_started", model=self.info.id, pid=process.pid)
+
+    def _adopt(self, adopt: str) -> bool:
+        """Connect to the engine a previous image of this process detached; False if it
+        is gone (a new one is started instead)."""
+        try:
+            pid, key, address = adopt.split(":", 2)
+            process, authkey = _Adopted(int(pid)), bytes.fromhex(key)
+        except ValueError:
+            log.warning("engine.adopt_invalid", value=adopt[:200])
+            return False
+        connection = self._connect(address, authkey, process, 10)
+        kind, value = "gone", (0, 0)
+        if connection is not None:
+            with contextlib.suppress(EOFError, OSError):
+                if connection.poll(30):
+                    kind, _, value = connection.recv()
+        if connection is None or kind != "started":
+            log.warning("engine.adopt_failed", pid=process.pid, alive=process.is_alive())
+            process.kill()  # a child that will not answer still holds GPU memory
+            process.join(30)
+            return False
+        self.served_before = value[1]
+        atexit.register(self.close)
+        self._attach(process, connection, address, authkey)
+        log.info("engine.process_adopted", model=self.info.id, pid=process.pid,
+                 served=self.served_before)
+        return True
+
+    @staticmethod
+    def _connect(address: str, authkey: bytes, process: Any, timeout: float
+                 ) -> Connection | None:
+        """Connect to the child's socket once it listens; None if it dies or never does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
             try:
-                kind, _, value = results_out.recv()
-            except EOFError:
-                kind, value = "failed", EngineProcessError(f"exit code {process.exitcode}")
-            if kind != "started":
-                process.join(30)
-                raise EngineProcessError(f"engine failed to start: {value!r}") from value
-            self._process, self._requests = process, requests_in
-            atexit.register(self.close)  # before multiprocessing joins its children at exit
-            threading.Thread(target=self._receive, args=(process, results_out),
-                             name="engine-process-results", daemon=True).start()
-            log.info("engine.process_started", model=self.info.id, pid=process.pid)
+                return Client(address, family="AF_UNIX", authkey=authkey)
+            except (FileNotFoundError, ConnectionRefusedError):
+                if not process.is_alive():
+                    return None
+                time.sleep(0.02)
+            except (AuthenticationError, EOFError, OSError):
+                return None
+        return None
+
+    def _attach(self, process: Any, connection: Connection, address: str,
+                authkey: bytes) -> None:
+        self._process, self._connection = process, connection
+        self._address, self._authkey = address, authkey
+        self._receiver = threading.Thread(target=self._receive, args=(process, connection),
+                                          name="engine-process-results", daemon=True)
+        self._receiver.start()
 
     def _receive(self, process: Any, results: Connection) -> None:
+        """Hand the child's messages to their calls until it closes the connection (the
+        only thread that reads or closes it)."""
+        try:
+            self._read(results)
+        finally:
+            results.close()
+        with self._lock:
+            if self._detached is results:  # the engine goes on for this process's next image
+                return
+            lost = list(self._calls.values())
+            self._calls.clear()
+        with self._reaping:
+            process.join(5)
+            exitcode = process.exitcode
+        if exitcode is not None:
+            shutil.rmtree(Path(self._address).parent, ignore_errors=True)
+        if lost:
+            log.error("engine.process_exited", model=self.info.id, exitcode=exitcode,
+                      requests_failed=len(lost))
+        for call in lost:
+            call.future.set_exception(EngineProcessError(
+                f"engine process exited ({exitcode}) with the request in flight"))
+
+    def _read(self, results: Connection) -> None:
         while True:
             try:
                 kind, call_id, value = results.recv()
@@ -216,35 +430,47 @@ class EngineProcess:
                 call.future.set_result(value)
             else:
                 call.future.set_exception(value)
-        with self._reaping:
-            process.join(5)
-            exitcode = process.exitcode
-        with self._lock:
-            lost = list(self._calls.values())
-            self._calls.clear()
-        if lost:
-            log.error("engine.process_exited", model=self.info.id, exitcode=exitcode,
-                      requests_failed=len(lost))
-        for call in lost:
-            call.future.set_exception(EngineProcessError(
-                f"engine process exited ({exitcode}) with the request in flight"))
 
     def close(self) -> None:
         """Stop the engine and its child (worker shutdown)."""
         with self._lock:
-            process, requests, self._process, self._requests = \
-                self._process, self._requests, None, None
-        if process is None or requests is None:
+            process, connection, self._process, self._connection = \
+                self._process, self._connection, None, None
+        if process is None or connection is None:
             return
         with contextlib.suppress(OSError):
-            requests.send(None)
+            connection.send(None)
         with self._reaping:
             process.join(180)
             if process.is_alive():
                 process.kill()
                 process.join(10)
             exitcode = process.exitcode
+        shutil.rmtree(Path(self._address).parent, ignore_errors=True)
         log.info("engine.process_stopped", model=self.info.id, exitcode=exitcode)
+
+    def detach(self) -> None:
+        """Leave the engine running for this process's next image (a recycle's exec): it
+        adopts it through ADOPT_ENV. Requests still in flight here fail."""
+        with self._lock:
+            process, connection, self._process, self._connection = \
+                self._process, self._connection, None, None
+            lost = list(self._calls.values())
+            self._calls.clear()
+            self._detached = connection
+        if process is None or connection is None:
+            return
+        try:
+            connection.send(DETACH)
+        except OSError:
+            return  # the child is gone: the next image starts a new one
+        if self._receiver is not None:  # the child closes its end once it has detached
+            self._receiver.join(60)
+        os.environ[ADOPT_ENV] = f"{process.pid}:{self._authkey.hex()}:{self._address}"
+        for call in lost:
+            call.future.set_exception(EngineProcessError("the worker is recycling"))
+        log.info("engine.process_detached", model=self.info.id, pid=process.pid,
+                 requests_failed=len(lost))
 
     def submit(self, request: SpeechRequest, kind: OutputKind,
                on_chunk: Callable[[Audio], None] | None = None) -> concurrent.futures.Future[Audio]:
@@ -258,9 +484,9 @@ class EngineProcess:
         with self._lock:
             self._calls[call_id] = call
             try:
-                if self._requests is None:
+                if self._connection is None:
                     raise EngineProcessError("engine process is not running")
-                self._requests.send((call_id, request, reference, kind))
+                self._connection.send((call_id, request, reference, kind))
             except (OSError, EngineProcessError) as error:
                 self._calls.pop(call_id, None)
                 call.future.set_exception(EngineProcessError(str(error)))
