@@ -21,8 +21,9 @@ stop by themselves. One table:
                     once in pieces that share the FRAMES by length, as SYNC_PIECES does), and
                     one long sentence (LONG_SENTENCE, spoken at once in its clauses)
   GPU               nvidia-smi utilisation.gpu (mean) and memory.used (peak) in the job phases
-  recycle           (--restart) SIGHUP to the GPU worker -> its new image ready: the worker
-                    execs itself and adopts its running engine (WORKER_MAX_TASKS does the same)
+  recycle           (--recycle) SIGHUP to the GPU worker -> its new image ready: the worker
+                    execs itself and adopts its running engine (WORKER_MAX_TASKS does the
+                    same); then one job of SEGMENTS on the adopted engine
   restart           (--restart) the GPU worker stopped and started again, warm caches
 
 Audio-seconds count speech only (the manifests' segment durations, not inserted silences).
@@ -408,8 +409,12 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             result = {"cold_start_s": cold} | (
                 scale_out(client, args, busy, gpu_workers) if args.scale_out
                 else measure(client, args, busy, profiled(args, gpu_workers, logs)))
-            if args.restart and mode == "production":
+            if args.recycle and mode == "production":
                 phase(result, "recycle", recycle(args, gpu_workers[0], logs / "worker.log"))
+                # the adopted engine at work: one job, as the first job after the start
+                phase(result, "after_recycle", sustained(client, args.segments, 1, busy,
+                                                         "after-recycle"))
+            if args.restart and mode == "production":
                 phase(result, "restart", restart(url, args, gpu_workers[0], env,
                                                  logs / "worker.log"))
                 for extra in args.restart_env:  # the same restart, a setting changed
@@ -527,9 +532,11 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="SECONDS",
                         help="py-spy the GPU worker for this long in the sustained phase")
     parser.add_argument("--py-spy", default="py-spy", help="the py-spy binary")
+    parser.add_argument("--recycle", action="store_true",
+                        help="then recycle the GPU worker (SIGHUP: its engine is kept), time "
+                             "it, and run one job on the adopted engine")
     parser.add_argument("--restart", action="store_true",
-                        help="then recycle the GPU worker (SIGHUP: its engine is kept), stop "
-                             "it and time its restart (warm caches)")
+                        help="then stop the GPU worker and time its restart (warm caches)")
     parser.add_argument("--restart-env", action="append", default=[], metavar="NAME=VALUE",
                         help="after --restart's, another restart with this setting changed "
                              "(repeatable: one restart each)")
@@ -560,6 +567,10 @@ def main() -> None:
             rows.append([mode, "recycle (SIGHUP), engine kept: signal -> ready",
                          f"{r['recycle']['seconds']:.1f} s", "; ".join(
                              f"{step} {at}" for step, at in r["recycle"]["steps"])])
+            after = r["after_recycle"]
+            rows.append([mode, f"one job after the recycle ({args.segments} segments)",
+                         f"{after['wall_s']:.1f} s, {after['rate']:.1f} audio-s/s",
+                         f"last segment at {after['synthesis_s']:.1f} s; GPU {after['gpu']}"])
         for name, value in r.items():
             if name.startswith("restart"):
                 rows.append([mode, f"{name}, warm caches: stop -> ready",
