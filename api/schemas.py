@@ -15,7 +15,7 @@ from pydantic import (
 
 from api.settings import get_settings
 from core import lexicon
-from core.catalog import ALIGNER_LANGUAGES
+from core.catalog import ALIGNER_LANGUAGES, RECOGNIZER_LANGUAGES
 
 Format = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 JobFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm", "m4b"]  # m4b: chapter marks
@@ -122,17 +122,17 @@ class JobBody(SpeechFields):
     @model_validator(mode="after")
     def _consistent(self) -> "JobBody":
         language = (self.language or "en")[:2].lower()
-        english = language == "en"
         aligned = ALIGNER_LANGUAGES[get_settings().aligner]
+        heard = RECOGNIZER_LANGUAGES[get_settings().recognizer]
         if "words" in self.subtitles and language not in aligned:
             raise ValueError("subtitles 'words' come from forced alignment, which covers "
                              f"{', '.join(aligned)} here; leave 'words' out for this language")
         if self.mastering == "acx" and self.response_format != "mp3":
             raise ValueError("mastering 'acx' delivers what ACX takes, 192 kbps constant-"
                              "bitrate MP3: set response_format to 'mp3'")
-        if self.verify != "off" and not english:
-            raise ValueError("verify hears each segment back with an English recogniser; "
-                             "leave verify out for this language")
+        if self.verify != "off" and language not in heard:
+            raise ValueError("verify hears each segment back with a recogniser that covers "
+                             f"{', '.join(heard)} here; leave verify out for this language")
         return self
 
 

@@ -1,5 +1,6 @@
-"""Qwen3-ForcedAligner on the GPU (workers/aligners/qwen3.py): load time, time per audio
-second alone and with many segments at once, GPU memory. Timing only: random weights.
+"""Qwen3-ForcedAligner (workers/aligners/qwen3.py) or, with --recognizer, Qwen3-ASR
+(workers/aligners/qwen3_asr.py) on the GPU: load time, time per audio second alone and with
+many segments at once, GPU memory. Timing only: random weights.
 
 No checkpoint can be downloaded here, so `--build` writes a model folder in the released
 checkpoint's layout (config.json with Qwen3-ForcedAligner-0.6B's sizes as published: a
@@ -13,7 +14,15 @@ The audio is noise at 24 kHz (what Qwen3-TTS writes; the model's processor resam
 leaves out: the align task around it (reading the part from storage, writing the words), and
 sharing the GPU with a TTS engine.
 
+--recognizer builds Qwen3-ASR's folder the same way (the same published 0.6B sizes as the
+aligner's, which Narrator has for that family; the ASR checkpoint's own encoder sizes are not
+checked) and times hearing segments: random weights never stop, so each answer runs to the
+recogniser's token bound for the segment's words. --both then loads the aligner as well, in
+the same process (as a worker with ALIGNER=qwen3 and RECOGNIZER=qwen3 has them), and aligns
+and hears the same segments at once.
+
     python -m bench.gpu_aligner --build /tmp/fa --tokenizer /tmp/tok [--batch 32]
+    python -m bench.gpu_aligner --build /tmp/asr --recognizer [--both /tmp/fa]
 """
 
 import argparse
@@ -30,6 +39,7 @@ import numpy as np
 from bench.common import GpuBusy, save, table
 from workers.aligners import words_of
 from workers.aligners.qwen3 import Qwen3Aligner
+from workers.aligners.qwen3_asr import Qwen3Recognizer
 
 RATE = 24_000
 TEXT = ("The river bends twice before it reaches the town, and in the spring the water rises "
@@ -53,16 +63,19 @@ TOKENS = {151669: "<|audio_start|>", 151670: "<|audio_end|>", 151676: "<|audio_p
           151705: "<timestamp>"}
 
 
-def build(out: Path, tokenizer: Path) -> None:
-    """Write the model folder (no weights: the aligner loads vLLM's dummy ones)."""
+def build(out: Path, tokenizer: Path, recognizer: bool = False) -> None:
+    """Write the model folder (no weights: vLLM's dummy ones are loaded)."""
     out.mkdir(parents=True, exist_ok=True)
+    thinker = {"model_type": "qwen3_forced_aligner", "classify_num": 5000}
+    if recognizer:
+        thinker = {"model_type": "qwen3_asr_thinker"}
     config = {"architectures": ["Qwen3ASRForConditionalGeneration"], "model_type": "qwen3_asr",
               "timestamp_token_id": 151705, "timestamp_segment_time": 80,
               "torch_dtype": "bfloat16",
-              "thinker_config": {"model_type": "qwen3_forced_aligner", "classify_num": 5000,
-                                 "audio_token_id": 151676, "audio_start_token_id": 151669,
-                                 "audio_end_token_id": 151670, "user_token_id": 872,
-                                 "audio_config": AUDIO, "text_config": TEXT_MODEL}}
+              "thinker_config": thinker | {
+                  "audio_token_id": 151676, "audio_start_token_id": 151669,
+                  "audio_end_token_id": 151670, "user_token_id": 872,
+                  "audio_config": AUDIO, "text_config": TEXT_MODEL}}
     (out / "config.json").write_text(json.dumps(config, indent=1))
     (out / "preprocessor_config.json").write_text(json.dumps({
         "feature_extractor_type": "WhisperFeatureExtractor", "feature_size": 128,
@@ -94,53 +107,77 @@ def segment(seed: int) -> np.ndarray:
 
 
 def main() -> None:
-    """Load the aligner, time it alone and under concurrency, print one table."""
+    """Load the model, time it alone and under concurrency, print one table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", type=Path, required=True, help="the model folder to write")
     parser.add_argument("--tokenizer", type=Path, default=Path("/tmp/tok"))
+    parser.add_argument("--recognizer", action="store_true", help="Qwen3-ASR, not the aligner")
+    parser.add_argument("--both", type=Path, default=None, metavar="ALIGNER_FOLDER",
+                        help="with --recognizer: then the aligner too, in this process")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--memory", type=float, default=0.3)
     parser.add_argument("--alone", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--label", default="gpu_aligner")
     args = parser.parse_args()
-    build(args.build, args.tokenizer)
+    build(args.build, args.tokenizer, args.recognizer)
     busy = GpuBusy()
-    aligner = Qwen3Aligner(str(args.build), memory=args.memory, batch=args.batch,
-                           load_format="dummy")
+    model: Any = (Qwen3Recognizer if args.recognizer else Qwen3Aligner)(
+        str(args.build), memory=args.memory, batch=args.batch, load_format="dummy")
+    call = model.transcribe if args.recognizer else model.align
     started = time.monotonic()
-    aligner.start()
+    model.start()
     loaded = time.monotonic() - started
     words = len(words_of(TEXT))
-    first = aligner.align(segment(0), RATE, TEXT)  # also the first-call compile
-    print("first call:", None if first is None else f"{len(first)} of {words} words",
+    first = call(segment(0), RATE, TEXT)  # also the first-call compile
+    print("first call:", None if first is None else f"{len(first)} words (text: {words})",
           flush=True)
     out: dict[str, Any] = {"load_s": loaded, "words": words,
                            "first_words": None if first is None else len(first)}
     alone = []
     for n in range(args.alone):
         t = time.perf_counter()
-        aligner.align(segment(n + 1), RATE, TEXT)
+        call(segment(n + 1), RATE, TEXT)
         alone.append(time.perf_counter() - t)
     out["alone_s"] = alone
-    rows = [["load (dummy weights) to ready", f"{loaded:.1f} s", ""],
+    name = "Qwen3-ASR" if args.recognizer else "Qwen3-ForcedAligner"
+    rows = [[f"{name}: load (dummy weights) to ready", f"{loaded:.1f} s", ""],
             [f"one {SECONDS:.0f} s segment alone (median of {args.alone})",
              f"{statistics.median(alone) * 1000:.0f} ms",
              f"{statistics.median(alone) * 1000 / SECONDS:.1f} ms per audio-s"]]
     for c in args.concurrency:
-        audio = [segment(100 + k) for k in range(c)]
-        t0 = time.monotonic()
-        with ThreadPoolExecutor(c) as pool:
-            found = list(pool.map(lambda a: aligner.align(a, RATE, TEXT), audio))
-        wall = time.monotonic() - t0
-        placed = sum(f is not None and len(f) == words for f in found)
-        out[f"c{c}"] = {"wall_s": wall, "placed": placed, "gpu": busy.mean(t0, time.monotonic())}
-        rows.append([f"{c} segments at once", f"{c * SECONDS / wall:.0f} audio-s/s",
-                     f"{wall * 1000 / (c * SECONDS):.2f} ms per audio-s; {placed}/{c} with "
-                     f"every word; GPU {out[f'c{c}']['gpu']}"])
+        rows.append(at_once(f"{c} segments at once", [call], c, words, busy, out, f"c{c}"))
+    if args.recognizer and args.both:
+        build(args.both, args.tokenizer)
+        aligner = Qwen3Aligner(str(args.both), memory=args.memory, batch=args.batch,
+                               load_format="dummy")
+        started = time.monotonic()
+        aligner.start()
+        out["both_load_s"] = time.monotonic() - started
+        rows.append(["Qwen3-ForcedAligner beside it: load to ready",
+                     f"{out['both_load_s']:.1f} s", "same process"])
+        c = max(args.concurrency)
+        rows.append(at_once(f"{c} segments aligned and heard at once",
+                            [aligner.align, call], c, words, busy, out, "both"))
     busy.stop()
     print(table(["measure", "result", "note"], rows))
     save(args.label, {"args": {k: str(v) for k, v in vars(args).items()}} | out)
+
+
+def at_once(label: str, calls: list[Any], count: int, words: int, busy: GpuBusy,
+            out: dict[str, Any], key: str) -> list[str]:
+    """COUNT segments through each of CALLS, all at once: one table row."""
+    audio = [segment(100 + k) for k in range(count)]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(count * len(calls)) as pool:
+        found = list(pool.map(lambda job: job[0](job[1], RATE, TEXT),
+                              [(c, a) for c in calls for a in audio]))
+    wall = time.monotonic() - t0
+    full = sum(f is not None and len(f) >= words for f in found)
+    out[key] = {"wall_s": wall, "full": full, "gpu": busy.mean(t0, time.monotonic())}
+    return [label, f"{count * SECONDS / wall:.0f} audio-s/s",
+            f"{wall * 1000 / (count * SECONDS):.2f} ms per audio-s; {full}/{len(found)} with "
+            f"at least the text's words; GPU {out[key]['gpu']}"]
 
 
 if __name__ == "__main__":

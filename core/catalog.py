@@ -21,6 +21,9 @@ ISO_LANGUAGES = {"en": "english", "zh": "chinese", "de": "german", "it": "italia
 # word segmenters (vLLM-Omni falls back to spaces without qwen_asr), so they are left out.
 ALIGNER_LANGUAGES = {"pocketsphinx": ("en",),
                      "qwen3": ("en", "zh", "de", "fr", "es", "pt", "it", "id", "ar")}
+# Languages each recogniser hears (`verify`): PocketSphinx's en-us; Qwen3-ASR knows 30, of
+# which those whose words Narrator splits as the aligner's (words_of) are taken.
+RECOGNIZER_LANGUAGES = {"pocketsphinx": ("en",), "qwen3": ALIGNER_LANGUAGES["qwen3"]}
 QWEN3_EXTRAS = frozenset({"language", "seed", "max_new_tokens", "task_type"})
 TASK_TYPES = {"custom_voice": "CustomVoice", "voice_design": "VoiceDesign", "base": "Base"}
 

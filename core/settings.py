@@ -34,6 +34,9 @@ class CoreSettings(DatabaseSettings, StorageSettings):
     # has its own settings): the API accepts `words` subtitles in the languages it covers
     # (core.catalog.ALIGNER_LANGUAGES). Set it the same for the API and the workers.
     aligner: Literal["pocketsphinx", "qwen3"] = "pocketsphinx"
+    # The recogniser of the recognition check (`verify`): the API accepts `verify` in the
+    # languages it hears (core.catalog.RECOGNIZER_LANGUAGES). The same for API and workers.
+    recognizer: Literal["pocketsphinx", "qwen3"] = "pocketsphinx"
     # Base of API URLs: the API uses the request's own base URL when empty; webhook payloads
     # (sent by workers) use http://127.0.0.1:8000 then.
     public_api_url: str = ""

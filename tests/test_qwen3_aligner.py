@@ -176,9 +176,121 @@ def test_word_times_are_accepted_in_the_languages_the_aligner_covers(
             with pytest.raises(pydantic.ValidationError, match="forced alignment"):
                 JobBody.model_validate(body)
         assert alignment._wants({"subtitles": ["srt"], "language": language}) is accepted
-        if language != "en":  # the recognition check stays English, whatever aligns
-            with pytest.raises(pydantic.ValidationError, match="English recogniser"):
+        if language != "en":  # the recognition check follows RECOGNIZER, whatever aligns
+            with pytest.raises(pydantic.ValidationError, match="covers en here"):
                 JobBody.model_validate(body | {"subtitles": ["srt"], "verify": "flag"})
     finally:
         api.settings.get_settings.cache_clear()
+        workers.settings.get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(("recognizer", "language", "accepted"), [
+    ("pocketsphinx", "en", True), ("pocketsphinx", "de", False),
+    ("qwen3", "de", True), ("qwen3", "ar", True), ("qwen3", "ja", False)])
+def test_verify_is_accepted_in_the_languages_the_recognizer_hears(
+        monkeypatch: pytest.MonkeyPatch, recognizer: str, language: str, accepted: bool) -> None:
+    """RECOGNIZER (shared by the API and the workers): the API refuses `verify` outside its
+    languages, and the worker's gate hears exactly the jobs the API let through."""
+    import pydantic
+
+    import api.settings
+    import workers.settings
+    from api.schemas import JobBody
+    from models import Job
+    from workers import alignment
+
+    monkeypatch.setenv("NARRATOR_RECOGNIZER", recognizer)
+    api.settings.get_settings.cache_clear()
+    workers.settings.get_settings.cache_clear()
+    body = {"input": "Text.", "language": language, "verify": "flag"}
+    try:
+        if accepted:
+            JobBody.model_validate(body)
+        else:
+            with pytest.raises(pydantic.ValidationError, match="recogniser that covers"):
+                JobBody.model_validate(body)
+        job = Job(options={"language": language, "verify": "flag"})
+        assert alignment.verifies(job) is accepted
+    finally:
+        api.settings.get_settings.cache_clear()
+        workers.settings.get_settings.cache_clear()
+
+
+class _Hearing:
+    """Qwen3-ASR at the GPU boundary: answers as the model does, for each call's audio."""
+
+    batches: ClassVar[list[int]] = []
+
+    def __init__(self, path: str, options: dict[str, Any]) -> None:
+        self.options = options
+
+    def transcribe(self, calls: list[Any]) -> list[str]:
+        time.sleep(0.05)
+        _Hearing.batches.append(len(calls))
+        return [f"language English<asr_text>Heard {len(call.audio)} samples."
+                for call in calls]
+
+
+def test_the_gpu_recognizer_hears_batches_from_many_threads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.aligners import qwen3_asr
+    from workers.aligners.qwen3_asr import Qwen3Recognizer
+
+    monkeypatch.setattr(qwen3_asr, "_AsrModel", _Hearing)
+    _Hearing.batches.clear()
+    recognizer = Qwen3Recognizer("unused", batch=6)
+    results: list[Any] = [None] * 18
+    gate = threading.Barrier(18)
+
+    def one(n: int) -> None:
+        gate.wait()
+        results[n] = recognizer.transcribe(np.zeros(100 + n, np.float32), RATE, "some words")
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(18)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert [[w.word for w in r] for r in results] == [["heard", str(100 + n), "samples"]
+                                                      for n in range(18)]
+    assert all(w.estimated for r in results for w in r)  # no times: never used to place
+    assert max(_Hearing.batches) <= 6
+    assert len(_Hearing.batches) < 18
+    assert recognizer.transcribe(np.zeros(0, np.float32), RATE, "words") is None
+
+
+def test_an_answer_becomes_words_and_a_segments_tokens_are_bounded() -> None:
+    from workers.aligners.qwen3_asr import heard, tokens_for
+
+    assert [w.word for w in heard("language German<asr_text>Grüße aus Köln.")] == [
+        "grüße", "aus", "köln"]
+    assert [w.word for w in heard("no tag at all")] == ["no", "tag", "at", "all"]
+    assert tokens_for(["a"] * 50) == 16 + 150
+    assert tokens_for([]) == 28
+
+
+def test_recognizer_qwen3_hears_on_the_gpu_and_aligns_with_pocketsphinx(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RECOGNIZER=qwen3 with the CPU aligner: the worker's checker hears with the GPU model
+    and aligns with PocketSphinx's pool; what the GPU model heard (no times) is never used to
+    place the words, and the segment's word error rate comes from it."""
+    import workers.settings
+    from workers import alignment
+    from workers.aligners import qwen3_asr
+
+    monkeypatch.setenv("NARRATOR_RECOGNIZER", "qwen3")
+    monkeypatch.setenv("NARRATOR_RECOGNIZER_BATCH", "5")
+    workers.settings.get_settings.cache_clear()
+    monkeypatch.setattr(qwen3_asr, "_AsrModel", _Hearing)
+    monkeypatch.setattr(alignment, "_POOL", [])
+    try:
+        checker = alignment._pooled()
+        assert checker.processes == 5
+        assert checker.heard_spans is False
+        assert checker.align.__self__.__class__.__name__ == "PooledAligner"
+        heard = checker.transcribe(np.zeros(7, np.float32), RATE, "Heard seven samples.")
+        assert [w.word for w in heard] == ["heard", "7", "samples"]
+        assert alignment.word_error_rate(["heard", "seven", "samples"],
+                                         [w.word for w in heard]) == pytest.approx(1 / 3)
+    finally:
         workers.settings.get_settings.cache_clear()

@@ -21,7 +21,7 @@ import soundfile as sf
 import structlog
 from sqlalchemy.orm import defer
 
-from core.catalog import ALIGNER_LANGUAGES
+from core.catalog import ALIGNER_LANGUAGES, RECOGNIZER_LANGUAGES
 from core.keys import part_key, parts_prefix
 from core.lexicon import reader_for
 from models import Job, JobStatus, Segment, SegmentStatus
@@ -33,8 +33,8 @@ from workers.aligners.pool import PooledAligner
 from workers.assembly import cores
 from workers.settings import get_settings
 
-if TYPE_CHECKING:  # vLLM is imported only where ALIGNER=qwen3
-    from workers.aligners.qwen3 import Qwen3Aligner
+if TYPE_CHECKING:
+    from workers.aligners import Recognizer
 
 log = structlog.get_logger()
 
@@ -43,28 +43,38 @@ _POOL_LOCK = threading.Lock()
 
 
 class _OnGpu:
-    """Qwen3-ForcedAligner aligns (on this worker's GPU); PocketSphinx hears (`verify`)."""
+    """A checker with a GPU model for aligning (ALIGNER=qwen3), hearing (RECOGNIZER=qwen3)
+    or both; PocketSphinx's pool does the other."""
 
-    def __init__(self, aligner: "Qwen3Aligner", hearing: PooledAligner) -> None:
-        self.align, self.transcribe = aligner.align, hearing.transcribe
-        self.processes = aligner.processes  # its batch: what the assembly checks at once
+    def __init__(self, aligner: Aligner, recognizer: "Recognizer", batch: int) -> None:
+        self.align, self.transcribe = aligner.align, recognizer.transcribe
+        self.heard_spans = getattr(recognizer, "heard_spans", True)
+        self.processes = batch  # the GPU's batch: what the assembly checks at once
 
 
 def _pooled() -> Any:
     """The process's checker: PocketSphinx in child processes (it holds the GIL while it
-    decodes, aligners/pool.py), or with ALIGNER=qwen3 the GPU aligner beside it."""
+    decodes, aligners/pool.py), with the GPU aligner or recogniser the settings name."""
     with _POOL_LOCK:
         if not _POOL:
             settings = get_settings()
             pool = PooledAligner(settings.align_processes or max(1, cores() // 2))
+            aligner: Any = pool
+            recognizer: Any = pool
             if settings.aligner == "qwen3":
                 from workers.aligners.qwen3 import Qwen3Aligner
 
-                gpu = Qwen3Aligner(settings.aligner_model, memory=settings.aligner_gpu_memory,
-                                   batch=settings.aligner_batch)
-                _POOL.append(_OnGpu(gpu, pool))
-            else:
-                _POOL.append(pool)
+                aligner = Qwen3Aligner(settings.aligner_model,
+                                       memory=settings.aligner_gpu_memory,
+                                       batch=settings.aligner_batch)
+            if settings.recognizer == "qwen3":
+                from workers.aligners.qwen3_asr import Qwen3Recognizer
+
+                recognizer = Qwen3Recognizer(settings.recognizer_model,
+                                             memory=settings.recognizer_gpu_memory,
+                                             batch=settings.recognizer_batch)
+            gpu = [m.processes for m in (aligner, recognizer) if m is not pool]
+            _POOL.append(_OnGpu(aligner, recognizer, max(gpu)) if gpu else pool)
         return _POOL[0]
 
 
@@ -72,8 +82,8 @@ def _language(options: dict[str, Any] | None) -> str:
     return ((options or {}).get("language") or "en")[:2].lower()
 
 
-def _english(options: dict[str, Any] | None) -> bool:
-    return _language(options) == "en"  # the recogniser's (`verify`) only language
+def _heard(options: dict[str, Any] | None) -> bool:
+    return _language(options) in RECOGNIZER_LANGUAGES[get_settings().recognizer]
 
 
 def _wants(options: dict[str, Any] | None) -> bool:
@@ -89,7 +99,7 @@ def wanted(job: Job) -> bool:
 
 def verifies(job: Job) -> bool:
     """Whether a job's segments are heard back (the recognition check, `verify`)."""
-    return (job.options.get("verify") or "off") != "off" and _english(job.options)
+    return (job.options.get("verify") or "off") != "off" and _heard(job.options)
 
 
 def retries(job: Job) -> bool:
@@ -200,7 +210,7 @@ def _check_part(job: Job, segment: Segment, store: MediaStore, checker: Any, *, 
     # them (aligners.placed) and the segment is decoded once, not twice.
     heard = checker.transcribe(audio, rate, text) if hear else None
     if align:
-        if heard is not None:
+        if heard is not None and getattr(checker, "heard_spans", True):
             words = placed(words_of(text), heard, len(audio), rate)
         if words is None:
             words = checker.align(audio, rate, text)

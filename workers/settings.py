@@ -22,10 +22,15 @@ class WorkerSettings(CoreSettings):
     align_words: bool = True
     align_processes: int = 0  # processes a CPU worker aligns in at once; 0: half its cores
     # ALIGNER=qwen3 (core settings): Qwen3-ForcedAligner through vLLM on this worker's GPU,
-    # from this checkpoint. The recognition check (`verify`) stays on PocketSphinx.
+    # from this checkpoint.
     aligner_model: str = ""
     aligner_gpu_memory: float = 0.3  # the share of the GPU vLLM takes for the aligner
     aligner_batch: int = 32  # segments the GPU aligns in one forward pass, at most
+    # RECOGNIZER=qwen3 (core settings): Qwen3-ASR through vLLM on this worker's GPU hears
+    # segments for `verify`, from this checkpoint.
+    recognizer_model: str = ""
+    recognizer_gpu_memory: float = 0.2
+    recognizer_batch: int = 32  # segments heard in one batch, at most
     # verify "flag": a segment whose word error rate (what the recogniser heard against its
     # text) is more than this above its job's median is flagged in the manifest and the job.
     verify_wer_margin: float = 0.3

@@ -44,11 +44,15 @@ class _Call:
         default_factory=concurrent.futures.Future)
 
 
-class Qwen3Aligner:
-    """Aligns on the GPU with Qwen3-ForcedAligner; `batch` segments at most per forward."""
+class OneThread:
+    """A vLLM model that one thread loads and owns: calls from any thread queue up, and the
+    thread sends whatever is queued, up to `batch`, as one batch (the GPU's work per step,
+    not Python's per call). Subclasses load the model and run a batch."""
 
-    def __init__(self, model: str, *, memory: float = 0.3, batch: int = 32,
-                 load_format: str = "auto", max_model_len: int = 4096) -> None:
+    what = "the model"
+
+    def __init__(self, model: str, *, memory: float, batch: int, load_format: str,
+                 max_model_len: int) -> None:
         self.model = model
         self.processes = batch  # what checks_for runs at once (workers/alignment.py)
         self._options = {"gpu_memory_utilization": memory, "load_format": load_format,
@@ -60,32 +64,34 @@ class Qwen3Aligner:
         self._loaded = threading.Event()
         self._failed: BaseException | None = None
 
-    def align(self, audio: Audio, rate: int, text: str) -> list[Word] | None:
-        """Return each word of `text` with its span, or None (see workers.aligners.Aligner)."""
-        words = words_of(text)
-        if not words or len(audio) == 0:
-            return None
+    def _call(self, call: _Call) -> list[Word] | None:
         self.start()
-        call = _Call(np.asarray(audio, np.float32), rate, words)
         self._calls.put(call)
         return call.future.result()
 
     def start(self, timeout: float | None = None) -> None:
-        """Load the model on the aligner's thread, once; wait until it is loaded."""
+        """Load the model on its thread, once; wait until it is loaded."""
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="qwen3-aligner",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._serve, daemon=True,
+                                                name=type(self).__name__.lower())
                 self._thread.start()
         self._loaded.wait(timeout)
         if self._failed is not None:
-            raise RuntimeError(f"Qwen3-ForcedAligner did not load: {self._failed!r}")
+            raise RuntimeError(f"{self.what} did not load: {self._failed!r}")
+
+    def _load(self) -> Any:
+        raise NotImplementedError
+
+    def _run(self, model: Any, calls: list[_Call]) -> list[list[Word] | None]:
+        raise NotImplementedError
 
     def _serve(self) -> None:
         try:
-            model = _Model(self.model, self._options)
-        except BaseException as error:  # every align() raises it
-            log.error("aligner.load_failed", model=self.model, error=repr(error))
+            model = self._load()
+        except BaseException as error:  # every call raises it
+            log.error("gpu_model.load_failed", model=self.model, what=self.what,
+                      error=repr(error))
             self._failed = error
             self._loaded.set()
             return
@@ -98,12 +104,38 @@ class Qwen3Aligner:
                 except queue.Empty:
                     break
             try:
-                found = model.align(calls)
-            except Exception as error:  # those segments keep the estimate
-                log.warning("aligner.batch_failed", segments=len(calls), error=repr(error))
+                found = self._run(model, calls)
+            except Exception as error:  # those segments keep the estimate, or go unheard
+                log.warning("gpu_model.batch_failed", what=self.what, segments=len(calls),
+                            error=repr(error))
                 found = [None] * len(calls)
             for call, words in zip(calls, found, strict=True):
                 call.future.set_result(words)
+
+
+class Qwen3Aligner(OneThread):
+    """Aligns on the GPU with Qwen3-ForcedAligner; `batch` segments at most per forward."""
+
+    what = "Qwen3-ForcedAligner"
+
+    def __init__(self, model: str, *, memory: float = 0.3, batch: int = 32,
+                 load_format: str = "auto", max_model_len: int = 4096) -> None:
+        super().__init__(model, memory=memory, batch=batch, load_format=load_format,
+                         max_model_len=max_model_len)
+
+    def align(self, audio: Audio, rate: int, text: str) -> list[Word] | None:
+        """Return each word of `text` with its span, or None (see workers.aligners.Aligner)."""
+        words = words_of(text)
+        if not words or len(audio) == 0:
+            return None
+        return self._call(_Call(np.asarray(audio, np.float32), rate, words))
+
+    def _load(self) -> Any:
+        return _Model(self.model, self._options)
+
+    def _run(self, model: Any, calls: list[_Call]) -> list[list[Word] | None]:
+        found: list[list[Word] | None] = model.align(calls)
+        return found
 
 
 class _Model:
