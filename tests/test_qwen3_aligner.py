@@ -294,3 +294,39 @@ def test_recognizer_qwen3_hears_on_the_gpu_and_aligns_with_pocketsphinx(
                                          [w.word for w in heard]) == pytest.approx(1 / 3)
     finally:
         workers.settings.get_settings.cache_clear()
+
+
+def test_with_both_gpu_models_the_recognizer_loads_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ALIGNER=qwen3 and RECOGNIZER=qwen3: Qwen3-ASR is loaded before the aligner, the
+    order measured on the H100 (its vLLM engine core in a process of its own, the aligner's
+    in this one), whichever call comes first."""
+    import workers.settings
+    from workers import alignment
+    from workers.aligners import qwen3_asr
+
+    order: list[str] = []
+
+    class Aligning(_Double):
+        def __init__(self, path: str, options: dict[str, Any]) -> None:
+            order.append("aligner")
+            super().__init__(path, options)
+
+    class Hearing(_Hearing):
+        def __init__(self, path: str, options: dict[str, Any]) -> None:
+            order.append("recognizer")
+            super().__init__(path, options)
+
+    monkeypatch.setenv("NARRATOR_ALIGNER", "qwen3")
+    monkeypatch.setenv("NARRATOR_RECOGNIZER", "qwen3")
+    workers.settings.get_settings.cache_clear()
+    monkeypatch.setattr(qwen3, "_Model", Aligning)
+    monkeypatch.setattr(qwen3_asr, "_AsrModel", Hearing)
+    monkeypatch.setattr(alignment, "_POOL", [])
+    try:
+        checker = alignment._pooled()
+        assert [w.word for w in checker.align(np.zeros(RATE, np.float32), RATE, "A b.")] == [
+            "a", "b"]
+        assert order == ["recognizer", "aligner"]
+        assert checker.heard_spans is False
+    finally:
+        workers.settings.get_settings.cache_clear()

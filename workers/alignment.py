@@ -73,6 +73,12 @@ def _pooled() -> Any:
                 recognizer = Qwen3Recognizer(settings.recognizer_model,
                                              memory=settings.recognizer_gpu_memory,
                                              batch=settings.recognizer_batch)
+            if aligner is not pool and recognizer is not pool:
+                # Qwen3-ASR first: vLLM runs its engine core in a process of its own, and the
+                # aligner, loaded next, sets in-process engines for what follows (as vLLM-Omni
+                # runs it). In this order both ran in one process on an H100; two in-process
+                # engines in one process were not tried.
+                recognizer.start()
             gpu = [m.processes for m in (aligner, recognizer) if m is not pool]
             _POOL.append(_OnGpu(aligner, recognizer, max(gpu)) if gpu else pool)
         return _POOL[0]
