@@ -26,9 +26,10 @@ def free_port() -> int:
 
 
 def log_events(text: str) -> list[dict[str, Any]]:
-    """Return the JSON log events in a process's output. The worker and its engine's child
-    share one stderr, and now and then one's line lands inside the other's before its
-    newline: every object is taken, wherever it starts."""
+    """Return the JSON log events in a process's output (the worker's and its engine
+    child's, which share one stderr): every object, wherever it starts on its line, so a
+    line another ran into still counts (structlog's PrintLogger, replaced in core/logs.py,
+    let that happen)."""
     decoder, events = json.JSONDecoder(), []
     for line in text.splitlines():
         at = line.find("{")
