@@ -57,6 +57,7 @@ References = Callable[[str], Reference | None]
 ADOPT_ENV = "NARRATOR_ENGINE_ADOPT"  # "pid:authkey hex:socket path", for the worker's next image
 ADOPT_WAIT_SECONDS = 600.0  # a detached engine waits this long for the next image to adopt it
 DETACH = "detach"  # the worker's message: keep the engine running, I exec and come back
+FIRST_CONNECTION_SECONDS = 120.0  # a child whose worker never connects (killed) exits
 
 
 class EngineProcessError(RuntimeError):
@@ -100,7 +101,7 @@ def _serve(build: Build, address: str, authkey: bytes, adopt_wait: float) -> Non
     listener.listen(4)
     engine: Any = None
     served = _Count()
-    wait: float | None = None  # the first worker connects as soon as it has started this
+    wait = FIRST_CONNECTION_SECONDS  # the worker connects as soon as this listens
     try:
         while (connection := _accept(listener, authkey, wait)) is not None:
             if engine is None:
@@ -116,14 +117,15 @@ def _serve(build: Build, address: str, authkey: bytes, adopt_wait: float) -> Non
             log.info("engine.detached", wait_seconds=adopt_wait, served=served.value)
             wait = adopt_wait
         else:
-            log.warning("engine.not_adopted", wait_seconds=adopt_wait)
+            log.warning("engine.not_adopted", wait_seconds=wait)
     finally:
         listener.close()
+        shutil.rmtree(Path(address).parent, ignore_errors=True)  # no one will connect again
         if engine is not None:
             engine.close()
 
 
-def _accept(listener: socket.socket, authkey: bytes, timeout: float | None) -> Connection | None:
+def _accept(listener: socket.socket, authkey: bytes, timeout: float) -> Connection | None:
     """Return the next authenticated connection, or None after `timeout` seconds."""
     listener.settimeout(timeout)
     while True:
