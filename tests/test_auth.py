@@ -148,3 +148,38 @@ def test_requests_per_minute_are_limited_per_key(limited: Stack) -> None:
     assert codes == [200] * 5 + [429]
     assert error_of(last)["code"] == "rate_limit_exceeded"
     assert 0 < int(last.headers["retry-after"]) <= 61
+
+
+def test_another_keys_word_times_are_a_404(tmp_path_factory: pytest.TempPathFactory,
+                                          database_url: str) -> None:
+    """A completed job's content, its `subtitles_words` word times among it, is its key's
+    alone: the owner gets the words, another key a 404 for every variant, as if the job were
+    not there."""
+    import redis
+
+    from tests.conftest import redis_url
+    from tests.support import wait_job
+
+    redis.Redis.from_url(redis_url(14)).flushdb()  # nothing left by another module's stack
+    tmp = tmp_path_factory.mktemp("keyed_words")
+    env = base_env(tmp, database_url, 14) | {"NARRATOR_API_KEYS": "key-one,key-two"}
+    stack = start_stack(tmp, env)
+    try:
+        one = stack.client(headers={"Authorization": "Bearer key-one"})
+        two = stack.client(headers={"Authorization": "Bearer key-two"})
+        with one, two:
+            job = one.post("/v1/audio/jobs", json={
+                "input": "The words are mine. Nobody else may read them.",
+                "subtitles": ["srt", "words"], "response_format": "wav"}).json()
+            done = wait_job(one, job["id"], timeout=120)
+            assert done["status"] == "completed", done
+            url = f"/v1/audio/jobs/{job['id']}/content"
+            words = one.get(url, params={"variant": "subtitles_words"})
+            assert words.status_code == 200
+            assert [w["word"] for w in words.json()["words"]][:3] == ["the", "words", "are"]
+            for variant in ("subtitles_words", "audio", "subtitles_srt", "manifest"):
+                other = two.get(url, params={"variant": variant})
+                assert other.status_code == 404, (variant, other.text)
+                assert error_of(other)["type"] == "invalid_request_error"
+    finally:
+        stack.stop()
