@@ -62,23 +62,30 @@ class _Double:
         return [[Word(w, 0, 1) for w in call.words] for call in calls]
 
 
+def _from_threads(count: int, call: Any) -> list[Any]:
+    """Run call(n) for n in range(count), each on its own thread, all released at once."""
+    results: list[Any] = [None] * count
+    gate = threading.Barrier(count)
+
+    def one(n: int) -> None:
+        gate.wait()
+        results[n] = call(n)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
 def test_segments_that_arrive_together_are_aligned_in_batches(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(qwen3, "_Model", _Double)
     _Double.batches.clear()
     aligner = Qwen3Aligner("unused", batch=8)
-    results: list[Any] = [None] * 24
-    gate = threading.Barrier(24)
-
-    def one(n: int) -> None:
-        gate.wait()
-        results[n] = aligner.align(np.zeros(RATE, np.float32), RATE, f"word {n} here")
-
-    threads = [threading.Thread(target=one, args=(n,)) for n in range(24)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    results = _from_threads(24, lambda n: aligner.align(np.zeros(RATE, np.float32), RATE,
+                                                        f"word {n} here"))
     assert [[w.word for w in r] for r in results] == [["word", str(n), "here"]
                                                       for n in range(24)]
     assert sum(_Double.batches) == 24
@@ -239,18 +246,8 @@ def test_the_gpu_recognizer_hears_batches_from_many_threads(
     monkeypatch.setattr(qwen3_asr, "_AsrModel", _Hearing)
     _Hearing.batches.clear()
     recognizer = Qwen3Recognizer("unused", batch=6)
-    results: list[Any] = [None] * 18
-    gate = threading.Barrier(18)
-
-    def one(n: int) -> None:
-        gate.wait()
-        results[n] = recognizer.transcribe(np.zeros(100 + n, np.float32), RATE, "some words")
-
-    threads = [threading.Thread(target=one, args=(n,)) for n in range(18)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    results = _from_threads(18, lambda n: recognizer.transcribe(
+        np.zeros(100 + n, np.float32), RATE, "some words"))
     assert [[w.word for w in r] for r in results] == [["heard", str(100 + n), "samples"]
                                                       for n in range(18)]
     assert all(w.estimated for r in results for w in r)  # no times: never used to place

@@ -61,7 +61,8 @@ class Recognizer(Protocol):
 
     def transcribe(self, audio: Audio, rate: int, text: str) -> list[Word] | None:
         """Return the words heard (as words_of writes them) with their spans, or None if it
-        cannot."""
+        cannot. A recogniser that hears no times (Qwen3-ASR) says so with a class attribute
+        `heard_spans = False`: its words then count for the error rate, never to place words."""
         ...
 
 

@@ -20,6 +20,7 @@ words is not measured, as no weights can be downloaded here.
 import concurrent.futures
 import queue
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,7 @@ class _Call:
         default_factory=concurrent.futures.Future)
 
 
-class OneThread:
+class OneThread(ABC):
     """A vLLM model that one thread loads and owns: calls from any thread queue up, and the
     thread sends whatever is queued, up to `batch`, as one batch (the GPU's work per step,
     not Python's per call). Subclasses load the model and run a batch."""
@@ -80,11 +81,13 @@ class OneThread:
         if self._failed is not None:
             raise RuntimeError(f"{self.what} did not load: {self._failed!r}")
 
+    @abstractmethod
     def _load(self) -> Any:
-        raise NotImplementedError
+        """Load the model (on its thread)."""
 
+    @abstractmethod
     def _run(self, model: Any, calls: list[_Call]) -> list[list[Word] | None]:
-        raise NotImplementedError
+        """Run one batch; a result per call, in order."""
 
     def _serve(self) -> None:
         try:
