@@ -2,7 +2,8 @@
 
 The stand-in sits at the GPU boundary: it keeps the daemon's state in a file in the pipe
 folder, as the real control program keeps its socket there, and answers the two commands
-the engine sends (get_server_list, quit). Whether MPS speeds the engine up is measured on
+the engine sends (get_server_list, get_client_list, quit); the processes under its one MPS
+server are the lines of a `clients` file there, as a test puts them. Whether MPS speeds the engine up is measured on
 the device (README, On the H100), not here.
 """
 
@@ -28,7 +29,8 @@ fi
 [ -f "$state" ] || { echo "Cannot find MPS control daemon process"; exit 1; }
 while read -r command; do
   case "$command" in
-    get_server_list) ;;
+    get_server_list) if [ -s "$CUDA_MPS_PIPE_DIRECTORY/clients" ]; then echo 4242; fi ;;
+    "get_client_list 4242") cat "$CUDA_MPS_PIPE_DIRECTORY/clients" ;;
     quit) rm -f "$state" ;;
   esac
 done
@@ -74,6 +76,26 @@ def test_a_daemon_left_running_is_joined(control: Path) -> None:
     calls = (folder / "pipe" / "calls").read_text().split("\n")
     assert calls.count("-d") == 2  # the second start was refused, and the daemon answered
     mps.stop(folder)
+
+
+def test_two_engines_on_one_gpu_share_a_daemon_and_the_last_one_out_quits_it(
+        control: Path) -> None:
+    first = mps.start()
+    assert first is not None
+    pipe = first / "pipe"
+    (pipe / "clients").write_text("101\n102\n")  # the first engine's talker and Code2Wav
+    os.environ.pop(mps.PIPE)  # the second GPU worker's engine, a process of its own
+    os.environ.pop(mps.LOGS)
+    assert mps.start() == first
+    (pipe / "clients").write_text("201\n202\n")  # the first engine's processes have ended
+    mps.stop(first)
+    assert (pipe / "daemon").exists()  # the second engine's processes are still under it
+    assert mps.PIPE not in os.environ
+    os.environ[mps.PIPE] = str(pipe)  # the second engine's process, as it runs
+    (pipe / "clients").write_text("")  # its processes have ended too
+    mps.stop(first)
+    assert not (pipe / "daemon").exists()
+    assert mps.PIPE not in os.environ
 
 
 def test_the_hosts_own_daemon_is_used_as_it_is(control: Path,

@@ -3,9 +3,10 @@
 vLLM-Omni runs Qwen3-TTS as two processes on one GPU, the talker and Code2Wav. Without MPS
 the GPU time-slices between their contexts, so a Code2Wav step of whole segments holds the
 talker's steps back and the other way round. Under an MPS server their kernels run side by
-side. The engine starts an MPS control daemon of its own before vLLM-Omni spawns its stage
-processes, with a pipe folder of its own (CUDA_MPS_PIPE_DIRECTORY, which the stage processes
-inherit), so no other process on the host joins it; the engine quits it when it closes.
+side. The engine starts an MPS control daemon before vLLM-Omni spawns its stage processes,
+with a pipe folder for its GPU set (CUDA_MPS_PIPE_DIRECTORY, which the stage processes
+inherit). A second engine on the same GPUs (two GPU workers sharing one GPU) joins that
+daemon, so all four stage processes share the GPU at once; the last engine to close quits it.
 
 Measured on one H100 (README, On the H100): raw AsyncOmni under Narrator's config, 64 whole
 segments in flight, 150.6 audio-s/s without MPS and 163.7 with it, same machine; but the
@@ -71,7 +72,13 @@ def start() -> Path | None:
 
 
 def stop(folder: Path | None) -> None:
-    """Quit the daemon `start` returned (after the engine's processes have ended)."""
+    """Quit the daemon `start` returned (after the engine's processes have ended), unless
+    another engine on the same GPUs still has processes under it: the last one out quits.
+
+    A quit daemon refuses new clients while the old ones finish, so quitting under a second
+    engine (two GPU workers on one GPU) would leave that engine unable to start a stage
+    process again.
+    """
     if folder is None:
         return
     env = _environment(folder)
@@ -79,9 +86,12 @@ def stop(folder: Path | None) -> None:
         if os.environ.get(name) == env[name]:
             del os.environ[name]
     binary = shutil.which(CONTROL)
-    if binary is not None:
-        subprocess.run([binary], input="quit\n", text=True, env=os.environ | env,
-                       capture_output=True, timeout=30, check=False)
+    if binary is None:
+        return
+    if clients := _clients(binary, env):
+        log.info("mps.left_running", folder=str(folder), clients=len(clients))
+        return
+    _ask(binary, env, "quit")
     log.info("mps.stopped", folder=str(folder))
 
 
@@ -89,13 +99,25 @@ def _environment(folder: Path) -> dict[str, str]:
     return {PIPE: str(folder / "pipe"), LOGS: str(folder / "log")}
 
 
-def _answers(binary: str, env: dict[str, str]) -> bool:
+def _ask(binary: str, env: dict[str, str], command: str) -> str | None:
+    """Send the daemon one command; its answer, or None when it does not answer."""
     try:
-        done = subprocess.run([binary], input="get_server_list\n", text=True,
-                              env=os.environ | env, capture_output=True, timeout=10, check=False)
+        done = subprocess.run([binary], input=f"{command}\n", text=True, env=os.environ | env,
+                              capture_output=True, timeout=10, check=False)
     except subprocess.TimeoutExpired:
-        return False
-    return done.returncode == 0
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _answers(binary: str, env: dict[str, str]) -> bool:
+    return _ask(binary, env, "get_server_list") is not None
+
+
+def _clients(binary: str, env: dict[str, str]) -> list[str]:
+    """The pids of the processes still under the daemon's MPS servers (one per line each)."""
+    servers = (_ask(binary, env, "get_server_list") or "").split()
+    return [pid for server in servers
+            for pid in (_ask(binary, env, f"get_client_list {server}") or "").split()]
 
 
 def _tail(path: Path) -> str:
