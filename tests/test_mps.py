@@ -1,10 +1,10 @@
 """The engine's MPS daemon (workers/engines/mps.py) against a stand-in nvidia-cuda-mps-control.
 
 The stand-in sits at the GPU boundary: it keeps the daemon's state in a file in the pipe
-folder, as the real control program keeps its socket there, and answers the two commands
-the engine sends (get_server_list, get_client_list, quit); the processes under its one MPS
-server are the lines of a `clients` file there, as a test puts them. Whether MPS speeds the engine up is measured on
-the device (README, On the H100), not here.
+folder, as the real control program keeps its socket there, and answers the commands the
+engine sends (get_server_list, get_client_list, quit); the processes under its one MPS
+server are the lines of a `clients` file there, as a test puts them. Whether MPS speeds the
+engine up is measured on the device (README, On the H100), not here.
 """
 
 import os
