@@ -211,8 +211,8 @@ def worker(
              "assembly on CPU engines); "
              "realtime.* ones get the worker's realtime lane")] = "",
     pool: Annotated[str, typer.Option(
-        help="default: solo for Piper, threads for vLLM-Omni and for a worker with no model "
-             "queue")] = "",
+        help="default: threads (on Piper one per core, on vLLM-Omni 1.5 x VLLM_MAX_IN_FLIGHT)"
+             )] = "",
     concurrency: int = 0,
     loglevel: str = "INFO",
     banner: Annotated[bool, typer.Option(help="print Celery's start-up banner")] = True,
@@ -239,14 +239,17 @@ def worker(
     # A worker with no model queue (--queues assembly) runs no engine: its tasks are CPU work
     # (MP3 fragments, assemblies) on a thread per core, whatever NARRATOR_ENGINE says.
     synthesizes = any(q.startswith((f"{REALTIME}.", f"{BATCH}.")) for q in queues.split(","))
-    pool = pool or ("solo" if settings.engine == "piper" and synthesizes else "threads")
+    pool = pool or "threads"
     argv = [*([] if banner else ["--quiet"]), "worker", "-Q", ",".join(pooled), "--pool", pool,
             "-l", loglevel,
             "--without-mingle", "--without-gossip", "--without-heartbeat"]
     if not concurrency and pool == "threads":
-        # Every in-flight segment shares the GPU; the extra threads write finished parts.
+        # On the GPU every in-flight segment shares the engine, and the extra threads write
+        # finished parts. On Piper (and with no engine) a thread per core: each segment runs
+        # on one core (workers/engines/piper.py).
+        gpu = synthesizes and settings.engine == "vllm-omni"
         concurrency = settings.worker_threads or (
-            settings.vllm_max_in_flight * 3 // 2 if synthesizes else cores())
+            settings.vllm_max_in_flight * 3 // 2 if gpu else cores())
     if concurrency:
         argv += ["-c", str(concurrency)]
     celery_app.worker_main(argv)

@@ -79,14 +79,14 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str) -> l
     return argv
 
 
-def test_a_worker_with_no_model_queue_runs_a_thread_per_core(
+def test_piper_and_engineless_workers_run_a_thread_per_core(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from workers.assembly import cores
 
-    # Piper's default worker runs one task at a time (its engine is one ONNX session).
+    # Piper's default worker runs a segment per core (one intra-op thread each).
     piper = _worker_argv(monkeypatch, "piper", "")
-    assert piper[piper.index("--pool") + 1] == "solo"
-    assert "-c" not in piper
+    assert piper[piper.index("--pool") + 1] == "threads"
+    assert piper[piper.index("-c") + 1] == str(cores())
     # An assembly worker runs no engine: CPU work on a thread per core, whatever the engine.
     for engine in ("piper", "vllm-omni"):
         argv = _worker_argv(monkeypatch, engine, "assembly")
