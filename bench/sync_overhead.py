@@ -47,7 +47,9 @@ def main() -> None:
     from workers.engines import SpeechRequest
 
     engine = get_engine()
-    request = SpeechRequest(text=TEXT, voice="joe")
+    # A realtime request runs on Piper's default session (ONNX Runtime's defaults, as
+    # `PiperVoice.load` makes it): the bare engine as shipped. Job segments run elsewhere.
+    request = SpeechRequest(text=TEXT, voice="joe", realtime=True)
 
     def raw() -> float:
         start = time.perf_counter()

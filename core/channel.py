@@ -5,7 +5,6 @@ channel named by the request id. Messages are small frames: meta, data chunks, t
 error. Redis streams are used with a Redis broker; the embedded mode uses a folder per request.
 """
 
-import asyncio
 import os
 import struct
 import time
@@ -19,9 +18,11 @@ import redis
 import redis.asyncio as aioredis
 
 from core.settings import CoreSettings
+from core.wakeup import FolderWatch
 
 STREAM_TTL_SECONDS = 300
-FILE_POLL_SECONDS = 0.002
+FILE_POLL_SECONDS = 0.002  # without inotify
+WATCHED_LOOK_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ class RedisChannel:
 
 
 class FileChannel:
-    """One folder per request, one file per frame, polled every couple of milliseconds."""
+    """One folder per request, one file per frame; the reader wakes as a frame lands (an
+    inotify watch, core/wakeup.py) or, without inotify, polls every couple of ms."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -125,6 +127,10 @@ class FileChannel:
                      idle_wait: float) -> AsyncIterator[Message]:
         """Yield frames until end or error; raise ChannelTimeout when the worker goes quiet."""
         folder, seq = self.root / request_id, 0
+        folder.mkdir(parents=True, exist_ok=True)  # to watch it before the worker writes
+        watch = FolderWatch(folder)
+        # With a watch a frame wakes the reader; looking again now and then is a safety net.
+        look = WATCHED_LOOK_SECONDS if watch.active else FILE_POLL_SECONDS
         deadline = time.monotonic() + first_wait
         try:
             while True:
@@ -132,9 +138,10 @@ class FileChannel:
                 try:
                     raw = path.read_bytes()
                 except FileNotFoundError:
-                    if time.monotonic() > deadline:
+                    left = deadline - time.monotonic()
+                    if left < 0:
                         raise ChannelTimeout(request_id) from None
-                    await asyncio.sleep(FILE_POLL_SECONDS)
+                    await watch.wait_async(min(look, left + 0.001))
                     continue
                 seq += 1
                 deadline = time.monotonic() + idle_wait
@@ -143,6 +150,7 @@ class FileChannel:
                 if message.kind in ("end", "error"):
                     return
         finally:
+            watch.close()
             for leftover in folder.glob("*") if folder.exists() else ():
                 leftover.unlink(missing_ok=True)
             if folder.exists():

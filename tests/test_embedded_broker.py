@@ -1,7 +1,10 @@
-"""The embedded broker never hands a consumer a half-written message."""
+"""The embedded broker never hands a consumer a half-written message, and wakes idle
+consumers as messages land."""
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import cast
 
@@ -9,6 +12,7 @@ import pytest
 from kombu import Connection, Exchange, Queue
 
 from core.embedded_broker import SCHEME
+from core.wakeup import available
 
 PRODUCER = """
 import sys
@@ -60,3 +64,53 @@ def test_producers_in_other_processes_and_a_polling_consumer_lose_nothing(
                           "is written (the bug embedded_broker works around)", strict=False)
 def test_stock_filesystem_transport_races(tmp_path: Path) -> None:
     assert drain("filesystem", tmp_path) == list(range(450))
+
+
+def _consume_one(folder: Path, tmp_path: Path, polling_interval: float,
+                 after: float) -> float:
+    """Publish one message `after` s into a consumer's wait; return how long it waited past
+    the publish."""
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder),
+               "control_folder": str(tmp_path), "store_processed": False,
+               "polling_interval": polling_interval}
+    # A name of its own: kombu keeps declared exchanges in class-level state, so a name used
+    # with another folder earlier in this process would route to that folder.
+    name = f"wake-{tmp_path.name}"
+    queue = Queue(name, Exchange(name), routing_key=name)
+    published: list[float] = []
+    with Connection(f"{SCHEME}://", transport_options=options) as conn:
+        simple = conn.SimpleQueue(cast(str, queue))
+
+        def publish() -> None:
+            time.sleep(after)
+            with Connection(f"{SCHEME}://", transport_options=options) as other:
+                other.SimpleQueue(cast(str, queue)).put({"n": 1})
+            published.append(time.monotonic())
+
+        thread = threading.Thread(target=publish)
+        thread.start()
+        message = simple.get(timeout=60)
+        got = time.monotonic()
+        message.ack()
+        thread.join()
+    return got - published[0]
+
+
+def test_an_idle_consumer_wakes_when_a_message_lands_not_at_its_next_poll(
+        tmp_path: Path) -> None:
+    if not available(tmp_path):
+        pytest.skip("no inotify here")
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    # kombu would look every 20 s: the watch wakes the consumer as the message lands.
+    assert _consume_one(folder, tmp_path, polling_interval=20.0, after=0.5) < 10
+
+
+def test_without_inotify_a_consumer_polls_as_kombu_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core import wakeup
+
+    monkeypatch.setattr(wakeup, "INotify", None)
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    assert _consume_one(folder, tmp_path, polling_interval=0.05, after=0.3) < 10
