@@ -90,6 +90,10 @@ class Process:
 
 
 ROOT = Path(__file__).resolve().parents[1]
+# Segments a Piper worker holds at once: a thread per core (narrator worker), so a killed one
+# costs at most this many runs again.
+PIPER_IN_FLIGHT = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+    else os.cpu_count() or 1
 
 
 def gpu_double_env(seconds_per_frame: float = 0.01) -> dict[str, str]:

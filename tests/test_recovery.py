@@ -21,6 +21,7 @@ import redis
 
 from tests.conftest import base_env, fresh_database, redis_url
 from tests.support import (
+    PIPER_IN_FLIGHT,
     Process,
     Stack,
     log_events,
@@ -83,7 +84,7 @@ def test_a_killed_workers_job_completes_within_a_minute(stack: Stack) -> None:
     print(f"kill to completed: {recovered:.1f} s")  # the README's figure (pytest -s)
     assert len(attempts) == 12  # full length: nothing lost
     assert max(attempts) <= 2
-    assert sum(a - 1 for a in attempts) <= 1  # only the segment in flight ran again
+    assert sum(a - 1 for a in attempts) <= PIPER_IN_FLIGHT  # only the segments in flight
 
 
 def test_when_one_of_two_workers_dies_the_other_finishes_the_job(stack: Stack) -> None:
@@ -102,7 +103,7 @@ def test_when_one_of_two_workers_dies_the_other_finishes_the_job(stack: Stack) -
     assert done["status"] == "completed", done
     assert recovered < RECOVERY_SECONDS, recovered
     assert len(attempts) == 12
-    assert sum(a - 1 for a in attempts) <= 1
+    assert sum(a - 1 for a in attempts) <= PIPER_IN_FLIGHT
 
 
 SPEECH = {"input": " ".join([PARAGRAPH] * 9)[:3500], "voice": "joe"}  # ~3 minutes of speech
@@ -292,6 +293,10 @@ def test_a_recycled_worker_loses_no_segment_and_runs_none_twice(
                 book = {"input": "\n\n".join([PARAGRAPH[:150]] * 8), "response_format": "wav"}
                 job = http.post("/v1/audio/jobs", json=book).json()
                 done = wait_job(http, job["id"], timeout=240)
+            # The job may complete while the last recycle's new image warms up.
+            wait_for(lambda: stack.worker.output().count('"engine.ready"')
+                     > stack.worker.output().count("worker.recycling"), 60,
+                     "the last recycle to be ready")
             log = stack.worker.output()
             alive = stack.worker.popen is not None and stack.worker.popen.poll() is None
         finally:

@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import S3_BUCKET, S3Server, base_env, fresh_database
 from tests.support import (
+    PIPER_IN_FLIGHT,
     Process,
     Stack,
     free_port,
@@ -86,8 +87,9 @@ def test_worker_sigkilled_three_times_in_one_job(stack: Stack) -> None:
         assert done["status"] == "completed", done
         attempts = _attempts(http, done)
     assert len(attempts) == 12  # nothing lost
-    assert max(attempts) <= 2
-    assert sum(a - 1 for a in attempts) <= 3  # at most the segment in flight, per kill
+    assert max(attempts) <= 4  # a segment in flight at every kill at worst
+    # At most the segments in flight (one per pool thread), per kill.
+    assert sum(a - 1 for a in attempts) <= 3 * PIPER_IN_FLIGHT
 
 
 @pytest.fixture
