@@ -176,9 +176,9 @@ def test_segments_whose_words_are_not_kept_yet_are_aligned_by_the_assembly(
     job_id = uuid.UUID(str(insert_job(db, book, "wav", {"subtitles": ["vtt", "words"]})))
     _, ids = pipeline.plan(job_id)
     assert len(ids) == 2
-    engine = PiperEngine(catalog(get_settings())[0])
+    engine = Untimed(PiperEngine(catalog(get_settings())[0]))
     for segment_id in ids:  # no align task runs for them
-        done = pipeline.synthesize(segment_id, engine=engine)
+        done = pipeline.synthesize(segment_id, engine=engine)  # type: ignore[arg-type]
         assert done is not None
         assert done.checked
     assert pipeline.assemble(job_id).outcome == "completed"
@@ -190,6 +190,78 @@ def test_segments_whose_words_are_not_kept_yet_are_aligned_by_the_assembly(
     assert manifest["timing"] == {"aligned": 2, "estimated": 0}
     track = json.loads(store.get(result["subtitles"]["words"]))
     assert [w["word"] for w in track["words"]][:3] == ["the", "boats", "came"]
+
+
+class Untimed:
+    """An engine that only speaks (as vLLM-Omni's): its parts go to the aligner."""
+
+    def __init__(self, engine: Any) -> None:
+        self.info, self.sample_rate, self.synthesize = \
+            engine.info, engine.sample_rate, engine.synthesize
+
+
+def test_piper_places_its_words_as_it_speaks_and_no_aligner_runs(
+        pipeline_env: None, db: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piper's segments keep the words its own phoneme durations place: the job's parts
+    need no align task (`checked` is false) and the assembly aligns nothing."""
+    import json
+    import uuid
+
+    from core.catalog import catalog
+    from storage import store_for
+    from tests.support import insert_job
+    from workers import alignment, pipeline
+    from workers.engines.piper import PiperEngine
+    from workers.settings import get_settings
+
+    def no_aligner() -> None:
+        raise AssertionError("an aligner was asked for")
+
+    monkeypatch.setattr(alignment, "_pooled", no_aligner)
+    book = ["The boats came in at dawn. Gulls followed them home.\n\n"
+            "The market opened at noon, and the square filled slowly."]
+    job_id = uuid.UUID(str(insert_job(db, book, "wav", {"subtitles": ["vtt", "words"]})))
+    _, ids = pipeline.plan(job_id)
+    engine = PiperEngine(catalog(get_settings())[0])
+    for segment_id in ids:
+        done = pipeline.synthesize(segment_id, engine=engine)
+        assert done is not None
+        assert not done.checked  # nothing left for a CPU worker to check
+        assert not alignment.align_segment(segment_id)  # a redelivered task does nothing
+    assert pipeline.assemble(job_id).outcome == "completed"
+    with db.connect() as connection:
+        result = connection.execute(text("SELECT result FROM jobs WHERE id = :id"),
+                                    {"id": job_id}).scalar_one()
+    store = store_for()
+    manifest = json.loads(store.get(result["manifest_key"]))
+    assert manifest["timing"] == {"aligned": 2, "estimated": 0}
+    track = json.loads(store.get(result["subtitles"]["words"]))["words"]
+    assert [w["word"] for w in track] == words_of(book[0])
+    assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(track))
+
+
+def test_piper_word_spans_agree_with_forced_alignment_of_the_same_audio() -> None:
+    """Two independent placements of the same words: Piper's durations and PocketSphinx on
+    its output. Every word's middle from the durations lies inside the span PocketSphinx
+    gives it, give or take 80 ms (PocketSphinx works in 10 ms frames, and its spans take the
+    silences between words)."""
+    from core.catalog import catalog
+    from workers.engines.piper import PiperEngine
+    from workers.settings import get_settings
+
+    engine = PiperEngine(catalog(get_settings())[0])
+    rate, slack = engine.sample_rate, engine.sample_rate * 0.08
+    said = engine.synthesize_words([SpeechRequest(text=t, voice="joe") for t in TEXTS])
+    for text_, (audio, words) in zip(TEXTS, said, strict=True):
+        assert words is not None
+        assert [w.word for w in words] == words_of(text_)
+        assert words[0].start >= 0
+        assert words[-1].end <= len(audio)
+        forced = SphinxAligner().align(audio, rate, text_)
+        assert forced is not None
+        for ours, theirs in zip(words, forced, strict=True):
+            middle = (ours.start + ours.end) / 2
+            assert theirs.start - slack <= middle <= theirs.end + slack, (ours, theirs)
 
 
 VERIFY_BOOK = [

@@ -93,6 +93,7 @@ def test_piper_segments_spoken_from_threads_at_once_keep_their_own_lengths() -> 
     """A Piper worker runs a segment per core on one shared single-threaded session; sync
     speech keeps its own session on every core."""
     from core.catalog import catalog
+    from workers.aligners import words_of
     from workers.engines import SpeechRequest
     from workers.engines.piper import PiperEngine
     from workers.settings import get_settings
@@ -112,6 +113,13 @@ def test_piper_segments_spoken_from_threads_at_once_keep_their_own_lengths() -> 
                         for r in requests + [replace(r, realtime=True) for r in requests]])
         for n, samples in enumerate(got):
             assert abs(samples - expected[n % 4]) < 0.1 * expected[n % 4], (n, samples)
+    # Words placed as it speaks: each thread gets its own text's words, inside its own audio.
+    timed = _at_once([lambda r=r: engine.synthesize_words([r])[0]  # type: ignore[misc]
+                      for r in requests * 2])
+    for n, (audio, words) in enumerate(timed):
+        assert words is not None
+        assert [w.word for w in words] == words_of(texts[n % 4])
+        assert words[-1].end <= len(audio)
 
 
 def test_keepalive_frames_and_data_frames_of_one_request_never_collide(tmp_path: Any) -> None:

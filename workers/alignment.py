@@ -167,8 +167,17 @@ def checked(job: Job) -> bool:
 
 def words_key(job_id: uuid.UUID, segment: Segment) -> str:
     """Where a segment's words are kept: for this attempt and length of its part only."""
-    return f"{parts_prefix(job_id)}/{segment.index:06d}-{segment.attempts}-{segment.samples}" \
-        ".words.json"
+    return words_key_for(job_id, segment.index, segment.attempts, segment.samples)
+
+
+def words_key_for(job_id: uuid.UUID, index: int, attempts: int, samples: int | None) -> str:
+    """words_key of segment `index` once it has run `attempts` times into `samples`."""
+    return f"{parts_prefix(job_id)}/{index:06d}-{attempts}-{samples}.words.json"
+
+
+def words_bytes(words: list[Word]) -> bytes:
+    """Serialise words as they are kept (kept_words reads them)."""
+    return json.dumps([[w.word, w.start, w.end, w.estimated] for w in words]).encode()
 
 
 def heard_key(job_id: uuid.UUID, segment: Segment) -> str:
@@ -198,8 +207,13 @@ def align_segment(segment_id: uuid.UUID, aligner: Aligner | None = None) -> bool
         if job is None or job.status != JobStatus.in_progress or not checked(job):
             return False
         session.expunge_all()
-    words, wer = _check_part(job, segment, store_for(), aligner or _pooled(),
-                             align=wanted(job), hear=verifies(job))
+    store = store_for()
+    # A part whose engine placed its words as it spoke (Piper) is only heard, if at all.
+    align = wanted(job) and kept_words(store, job.id)(segment) is None
+    if not align and not verifies(job):
+        return False
+    words, wer = _check_part(job, segment, store, aligner or _pooled(),
+                             align=align, hear=verifies(job))
     return words is not None or wer is not None
 
 
@@ -223,8 +237,7 @@ def _check_part(job: Job, segment: Segment, store: MediaStore, checker: Any, *, 
         if words is None:
             log.info("segment.align_failed", job_id=str(job.id), segment=segment.index)
         else:
-            store.put(words_key(job.id, segment), json.dumps(
-                [[w.word, w.start, w.end, w.estimated] for w in words]).encode())
+            store.put(words_key(job.id, segment), words_bytes(words))
     if heard is not None:
         said = [w.word for w in heard]
         wer = word_error_rate(words_of(text), said)

@@ -28,6 +28,7 @@ from models.db import session_scope
 from models.transitions import transition
 from storage import MediaStore, store_for
 from workers import alignment, assembly, quality
+from workers.aligners import Word
 from workers.engine import get_engine
 from workers.engines import Audio, Engine, SpeechRequest
 from workers.liveness import holding
@@ -87,13 +88,17 @@ def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
     return job.model, list(pending)
 
 
-def _guarded(engine: Engine, request: SpeechRequest, rate: float,
-             retries: int) -> tuple[Audio, int, dict[str, Any] | None]:
+def _guarded(engine: Engine, request: SpeechRequest, rate: float, retries: int,
+             timed: bool = False
+             ) -> tuple[Audio, list[Word] | None, int, dict[str, Any] | None]:
     """Synthesise; if the length is implausible, try again with new seeds (quality guard).
 
-    Returns the audio, how many times the engine ran, and the flag for the manifest.
+    Returns the audio, its words where `timed` and the engine places them as it speaks
+    (Piper: workers/aligners/durations.py), how many times the engine ran, and the flag for
+    the manifest.
     """
-    best: tuple[float, Audio] | None = None
+    speak = getattr(engine, "synthesize_words", None) if timed else None
+    best: tuple[float, Audio, list[Word] | None] | None = None
     verdict = None
     for attempt in range(retries + 1):
         if attempt:
@@ -103,7 +108,7 @@ def _guarded(engine: Engine, request: SpeechRequest, rate: float,
         started = time.perf_counter()
         with tracing.span("engine.synthesize", model=engine.info.id, attempt=attempt,
                           characters=len(request.text)) as span:
-            audio = engine.synthesize([request])[0]
+            audio, words = speak([request])[0] if speak else (engine.synthesize([request])[0], None)
             span.set_attribute("audio_seconds", len(audio) / engine.sample_rate)
         metrics.observe_synthesis(engine.info.id, time.perf_counter() - started,
                                   len(audio) / engine.sample_rate, "job")
@@ -112,18 +117,18 @@ def _guarded(engine: Engine, request: SpeechRequest, rate: float,
             break
         miss = abs(math.log(max(verdict.seconds, 0.01) / max(verdict.expected_seconds, 0.01)))
         if best is None or miss < best[0]:
-            best = (miss, audio)
+            best = (miss, audio, words)
     runs = attempt + 1
     if verdict is None and runs == 1:
-        return audio, 1, None
+        return audio, words, 1, None
     flag: dict[str, Any] = {"retries": runs - 1, "passed": verdict is None}
     if verdict is not None:
         assert best is not None
-        audio = best[1]  # nothing passed: keep the closest, and say so
+        _, audio, words = best  # nothing passed: keep the closest, and say so
         flag |= {"reason": verdict.reason, "expected_seconds": round(verdict.expected_seconds, 2),
                  "seconds": round(verdict.seconds, 2)}
     log.warning("segment.quality", request_id=request.request_id, **flag)
-    return audio, runs, flag
+    return audio, words, runs, flag
 
 
 def reserve(segment_id: uuid.UUID) -> None:
@@ -185,11 +190,11 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
             .values(status=SegmentStatus.running, attempts=Segment.attempts + 1,
                     heartbeat_at=utcnow(), worker=worker_id())
             .returning(Segment.job_id, Segment.index, Segment.text, Segment.quality,
-                       Segment.chapter, Segment.speaker, Segment.overrides)
+                       Segment.chapter, Segment.speaker, Segment.overrides, Segment.attempts)
         ).first()
         if claimed is None:
             return None
-        job_id, index, text, earlier, chapter, speaker, changed = claimed
+        job_id, index, text, earlier, chapter, speaker, changed, attempt = claimed
         structlog.contextvars.bind_contextvars(job_id=str(job_id), segment=index)
         # Not the book's text: only the planner reads it.
         job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
@@ -199,7 +204,8 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         rate = quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
                                         job.speed)
         language = job.options.get("language")
-        checked = alignment.checked(job)
+        checked, aligns, hears = alignment.checked(job), alignment.wanted(job), \
+            alignment.verifies(job)
         options = job.options | (changed or {})  # a re-render's voice, seed and lexicon
         request = SpeechRequest(
             text=reader_for(options, settings.normalize_text)(text),
@@ -212,9 +218,15 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         )
     with holding(segment_id):  # its heartbeat stays fresh while this worker works on it
         started = time.monotonic()
-        audio, runs, flag = _guarded(engine, request, rate, settings.quality_retries)
+        audio, words, runs, flag = _guarded(engine, request, rate, settings.quality_retries,
+                                            timed=aligns)
         synthesized = time.monotonic()
-        store_for().put(part_key(job_id, index), assembly.part_bytes(audio, engine.sample_rate))
+        store = store_for()
+        store.put(part_key(job_id, index), assembly.part_bytes(audio, engine.sample_rate))
+        if words is not None:  # placed as it spoke: no alignment to run for this part
+            store.put(alignment.words_key_for(job_id, index, attempt + runs - 1, len(audio)),
+                      alignment.words_bytes(words))
+            checked = hears
         written = time.monotonic()
     seconds = len(audio) / engine.sample_rate
     recorded = (flag or {}) | ({"verify": verify} if verify else {})

