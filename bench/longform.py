@@ -6,7 +6,8 @@
    Runtime's defaults) looping over the same planned segments (spoken form) in one process,
    in the same run (target >= 0.95), and by Piper at its best on this host (a segment per
    core at once, one intra-op thread each, as the worker runs it). The job asks for
-   SRT, so its segments are force-aligned (ALIGN_WORDS); the last format runs again with the
+   SRT, so its segments get word times (ALIGN_WORDS: from Piper's own phoneme durations,
+   forced alignment where those do not place them); the last format runs again with the
    recognition check (verify "flag"), and without alignment; MP3 once more with ACX
    mastering (mastering.py: no MP3 fragments ahead, every chapter file measured).
 2. planning: `plan_pieces` over a 2,000,000-character text: wall time and peak Python memory.
@@ -247,17 +248,18 @@ def main() -> None:
                                                        "audio_s": raw_audio},
                                "raw_parallel": {"wall_s": best_wall, "audio_s": best_audio,
                                                 "threads": cores()}}
-    # Jobs with subtitles have their segments force-aligned (ALIGN_WORDS, the default): the
+    # Jobs with subtitles get word times (ALIGN_WORDS, the default): the
     # last format runs again with the recognition check (verify "flag") and without
     # alignment, to show what each costs.
     last = args.formats[-1]
     # (key in the JSON: bench.all reads "wav" and "mp3", row label, format, env, body)
     runs: list[tuple[str, str, str, dict[str, str], dict[str, Any]]] = [
-        (fmt, f"{fmt} + srt, aligned", fmt, {}, {}) for fmt in args.formats] + [
-        (f"{last}, verify flag", f"{last} + srt, aligned, verify flag", last, {},
+        (fmt, f"{fmt} + srt, word times", fmt, {}, {}) for fmt in args.formats] + [
+        (f"{last}, verify flag", f"{last} + srt, word times, verify flag", last, {},
          {"verify": "flag"}),
-        (f"{last}, no alignment", f"{last} + srt", last, {"NARRATOR_ALIGN_WORDS": "false"}, {}),
-        ("mp3, acx", "mp3 + srt, aligned, ACX mastering", "mp3", {}, {"mastering": "acx"})]
+        (f"{last}, no alignment", f"{last} + srt, estimated cues", last,
+         {"NARRATOR_ALIGN_WORDS": "false"}, {}),
+        ("mp3, acx", "mp3 + srt, word times, ACX mastering", "mp3", {}, {"mastering": "acx"})]
     mastered: list[dict[str, Any]] = []
     for key, label, fmt, env, extra in runs:
         if args.only and key not in args.only:
