@@ -161,11 +161,9 @@ def test_segments_whose_words_are_not_kept_yet_are_aligned_by_the_assembly(
         pipeline_env: None, db: Engine) -> None:
     """The align tasks may still be running (or never ran) when the last segment's assembly
     starts: the assembly aligns what is missing, so no segment keeps the estimate for that."""
-    import json
     import uuid
 
     from core.catalog import catalog
-    from storage import store_for
     from tests.support import insert_job
     from workers import pipeline
     from workers.engines.piper import PiperEngine
@@ -181,15 +179,25 @@ def test_segments_whose_words_are_not_kept_yet_are_aligned_by_the_assembly(
         done = pipeline.synthesize(segment_id, engine=engine)  # type: ignore[arg-type]
         assert done is not None
         assert done.checked
+    manifest, track = _assembled(db, job_id)
+    assert manifest["timing"] == {"aligned": 2, "estimated": 0}
+    assert [w["word"] for w in track][:3] == ["the", "boats", "came"]
+
+
+def _assembled(db: Engine, job_id: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Assemble a job whose segments are done; return its manifest and its words."""
+    import json
+
+    from storage import store_for
+    from workers import pipeline
+
     assert pipeline.assemble(job_id).outcome == "completed"
     with db.connect() as connection:
         result = connection.execute(text("SELECT result FROM jobs WHERE id = :id"),
                                     {"id": job_id}).scalar_one()
     store = store_for()
-    manifest = json.loads(store.get(result["manifest_key"]))
-    assert manifest["timing"] == {"aligned": 2, "estimated": 0}
-    track = json.loads(store.get(result["subtitles"]["words"]))
-    assert [w["word"] for w in track["words"]][:3] == ["the", "boats", "came"]
+    return (json.loads(store.get(result["manifest_key"])),
+            json.loads(store.get(result["subtitles"]["words"]))["words"])
 
 
 class Untimed:
@@ -204,11 +212,9 @@ def test_piper_places_its_words_as_it_speaks_and_no_aligner_runs(
         pipeline_env: None, db: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """Piper's segments keep the words its own phoneme durations place: the job's parts
     need no align task (`checked` is false) and the assembly aligns nothing."""
-    import json
     import uuid
 
     from core.catalog import catalog
-    from storage import store_for
     from tests.support import insert_job
     from workers import alignment, pipeline
     from workers.engines.piper import PiperEngine
@@ -228,14 +234,8 @@ def test_piper_places_its_words_as_it_speaks_and_no_aligner_runs(
         assert done is not None
         assert not done.checked  # nothing left for a CPU worker to check
         assert not alignment.align_segment(segment_id)  # a redelivered task does nothing
-    assert pipeline.assemble(job_id).outcome == "completed"
-    with db.connect() as connection:
-        result = connection.execute(text("SELECT result FROM jobs WHERE id = :id"),
-                                    {"id": job_id}).scalar_one()
-    store = store_for()
-    manifest = json.loads(store.get(result["manifest_key"]))
+    manifest, track = _assembled(db, job_id)
     assert manifest["timing"] == {"aligned": 2, "estimated": 0}
-    track = json.loads(store.get(result["subtitles"]["words"]))["words"]
     assert [w["word"] for w in track] == words_of(book[0])
     assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(track))
 
