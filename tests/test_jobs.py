@@ -1,6 +1,7 @@
 """Async jobs end to end: real worker, Postgres, Redis, Piper, local disk and S3."""
 
 import json
+import re
 import time
 import uuid
 from pathlib import Path
@@ -60,9 +61,11 @@ def test_chaptered_job_completes_to_local_disk(local_stack: Stack, db: Engine) -
         assert abs(chapter_seconds - second["duration_seconds"]) < 0.1
         srt = http.get(result["subtitles"]["srt"]).text
         vtt = http.get(result["subtitles"]["vtt"]).text
-        assert srt.startswith("1\n00:00:00,000 --> ")
+        # The first cue starts where the first word does: Piper's durations place it
+        # after the part's leading silence, a few tens of milliseconds in.
+        assert re.match(r"1\n00:00:00,[0-2]\d\d --> ", srt), srt[:40]
         assert "The kettle sang." in srt
-        assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> ")
+        assert re.match(r"WEBVTT\n\n00:00:00\.[0-2]\d\d --> ", vtt), vtt[:40]
         manifest = http.get(result["manifest_url"]).json()
     segments = manifest["segments"]
     assert [s["chapter"] for s in segments] == [0, 0, 1]
