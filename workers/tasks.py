@@ -150,10 +150,6 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
     if engine.info.engine != "vllm-omni":
         engine.synthesize([SpeechRequest(text="Ready.", voice=voice)])
         return
-    # pysbd's import and first split, which sync speech does on vLLM-Omni: on the H100 the
-    # first streamed request after the warm-up took 178-195 ms (53 ms after it), and the
-    # worker's log showed pysbd's modules compiling at that moment.
-    speech.groups(WARM_UP_TEXT + " " + WARM_UP_TEXT, "en", 2)
     engine.start()
     if served := getattr(engine, "served_before", 0):  # a recycle adopted a warm engine
         log.info("engine.warm_up_skipped", served=served)
@@ -206,6 +202,11 @@ def _warm_engine(**_: Any) -> None:
         metrics.serve(settings.metrics_port)
     _presence.publish()
     threading.Thread(target=_presence.refresh, name="registry", daemon=True).start()
+    # pysbd's import and first split, before any task needs them: sync speech splits its
+    # text on vLLM-Omni (on the H100 the first streamed request after the warm-up took
+    # 178-195 ms, 53 ms after it, with pysbd's modules compiling at that moment), and an
+    # assembly worker imported it in its first book's assembly (cues; session 16's log).
+    speech.groups(WARM_UP_TEXT + " " + WARM_UP_TEXT, "en", 2)
     try:
         engine = get_engine() if _presence.models else None
         if engine is not None:
