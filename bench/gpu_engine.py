@@ -228,8 +228,8 @@ class Bench:
 
         self._worker_cm = start_worker(celery_app, pool="threads",
                                        queues=worker_queues([self.engine.info.id]),
-                                       # as `narrator worker`: 1.5 x the engine's slots
-                                       concurrency=threads or max(self.args.concurrency) * 3 // 2,
+                                       # as `narrator worker`: one per engine slot
+                                       concurrency=threads or max(self.args.concurrency),
                                        perform_ping_check=False, loglevel="WARNING",
                                        shutdown_timeout=30)
         self._worker_cm.__enter__()

@@ -385,10 +385,17 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
     env["NARRATOR_PUBLIC_API_URL"] = url
     logs = folder / mode
     logs.mkdir(parents=True, exist_ok=True)
-    processes = []
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def stop_all() -> None:  # also when a start fails: nothing left on the broker
+        for process in reversed(processes):
+            stop(process)
+
     with contextlib.ExitStack() as stack:
         if mode == "production":
             database, broker = stack.enter_context(services(args, folder / "services"))
+        stack.callback(stop_all)  # before the services stop
+        if mode == "production":
             env |= {"NARRATOR_DATABASE_URL": database, "NARRATOR_BROKER_URL": broker}
             subprocess.run([sys.executable, "-P", "-m", "narrator", "migrate"], env=env,
                            check=True, capture_output=True)
@@ -401,29 +408,25 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
         else:
             processes.append(start(["serve", "--port", str(port)], env, logs / "serve.log"))
             cold = wait_ready(url, args.start_timeout, processes)
-        try:
-            print("PHASE", mode, "cold_start_s", f"{cold:.1f}", flush=True)
-            voice = httpx.get(f"{url}/v1/audio/voices").json()["voices"][0]["id"]
-            client = Client(url, voice, args.frames)
-            gpu_workers = processes[2:]
-            result = {"cold_start_s": cold} | (
-                scale_out(client, args, busy, gpu_workers) if args.scale_out
-                else measure(client, args, busy, profiled(args, gpu_workers, logs)))
-            if args.recycle and mode == "production":
-                phase(result, "recycle", recycle(args, gpu_workers[0], logs / "worker.log"))
-                # the adopted engine at work: one job, as the first job after the start
-                phase(result, "after_recycle", sustained(client, args.segments, 1, busy,
-                                                         "after-recycle"))
-            if args.restart and mode == "production":
-                phase(result, "restart", restart(url, args, gpu_workers[0], env,
-                                                 logs / "worker.log"))
-                for extra in args.restart_env:  # the same restart, a setting changed
-                    name, value = extra.split("=", 1)
-                    phase(result, f"restart {extra}", restart(
-                        url, args, gpu_workers[0], env | {name: value}, logs / "worker.log"))
-        finally:
-            for process in reversed(processes):
-                stop(process)
+        print("PHASE", mode, "cold_start_s", f"{cold:.1f}", flush=True)
+        voice = httpx.get(f"{url}/v1/audio/voices").json()["voices"][0]["id"]
+        client = Client(url, voice, args.frames)
+        gpu_workers = processes[2:]
+        result = {"cold_start_s": cold} | (
+            scale_out(client, args, busy, gpu_workers) if args.scale_out
+            else measure(client, args, busy, profiled(args, gpu_workers, logs)))
+        if args.recycle and mode == "production":
+            phase(result, "recycle", recycle(args, gpu_workers[0], logs / "worker.log"))
+            # the adopted engine at work: one job, as the first job after the start
+            phase(result, "after_recycle", sustained(client, args.segments, 1, busy,
+                                                     "after-recycle"))
+        if args.restart and mode == "production":
+            phase(result, "restart", restart(url, args, gpu_workers[0], env,
+                                             logs / "worker.log"))
+            for extra in args.restart_env:  # the same restart, a setting changed
+                name, value = extra.split("=", 1)
+                phase(result, f"restart {extra}", restart(
+                    url, args, gpu_workers[0], env | {name: value}, logs / "worker.log"))
     return result
 
 

@@ -235,7 +235,7 @@ def worker(
              "assembly on CPU engines); "
              "realtime.* ones get the worker's realtime lane")] = "",
     pool: Annotated[str, typer.Option(
-        help="default: threads (on Piper one per core, on vLLM-Omni 1.5 x VLLM_MAX_IN_FLIGHT)"
+        help="default: threads (on Piper one per core, on vLLM-Omni VLLM_MAX_IN_FLIGHT)"
              )] = "",
     concurrency: int = 0,
     loglevel: str = "INFO",
@@ -268,12 +268,15 @@ def worker(
             "-l", loglevel,
             "--without-mingle", "--without-gossip", "--without-heartbeat"]
     if not concurrency and pool == "threads":
-        # On the GPU every in-flight segment shares the engine, and the extra threads write
-        # finished parts. On Piper (and with no engine) a thread per core: each segment runs
-        # on one core (workers/engines/piper.py).
+        # On the GPU a thread per engine slot: a thread beyond the slots reserves a segment
+        # that waits for one, which another worker could be running. With 1.5 threads a slot,
+        # two workers split a 256-segment job 134 / 122 on two H100s, and the one job ran
+        # 1.52x one worker's rate; over the engine double, 1.37x, and 1.79x with a thread a
+        # slot, for 1-2.5 % of one worker's rate (README, several GPUs). On Piper (and with no
+        # engine) a thread per core: each segment runs on one core (workers/engines/piper.py).
         gpu = synthesizes and settings.engine == "vllm-omni"
         concurrency = settings.worker_threads or (
-            settings.vllm_max_in_flight * 3 // 2 if gpu else cores())
+            settings.vllm_max_in_flight if gpu else cores())
     if concurrency:
         argv += ["-c", str(concurrency)]
     celery_app.worker_main(argv)

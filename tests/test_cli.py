@@ -79,9 +79,15 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str) -> l
     return argv
 
 
-def test_piper_and_engineless_workers_run_a_thread_per_core(
+def test_worker_threads_default_to_cores_on_piper_and_to_engine_slots_on_the_gpu(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from workers.assembly import cores
+    from workers.settings import WorkerSettings
+
+    # A GPU worker runs a thread per engine slot: no segment waits in a worker that holds
+    # more than its engine runs while another worker is idle.
+    gpu = _worker_argv(monkeypatch, "vllm-omni", "batch.m17")
+    assert gpu[gpu.index("-c") + 1] == str(WorkerSettings().vllm_max_in_flight) == "64"
 
     # Piper's default worker runs a segment per core (one intra-op thread each).
     piper = _worker_argv(monkeypatch, "piper", "")

@@ -63,8 +63,8 @@ class WorkerSettings(CoreSettings):
     # vLLM-Omni (NARRATOR_ENGINE=vllm-omni)
     vllm_deploy_config: str = ""
     vllm_max_in_flight: int = 64
-    # Worker threads; 0: 1.5 x the in-flight bound, so finished segments are written while
-    # new ones already occupy the engine (bench.worker_overhead).
+    # Worker threads; 0: the in-flight bound on vLLM-Omni (narrator.cli.worker says why), one
+    # per core on Piper and on workers with no engine.
     worker_threads: int = 0
     # Threads only sync speech uses (the realtime lane); 0: on vLLM-Omni one per sequence
     # its deploy config keeps above VLLM_MAX_IN_FLIGHT (VLLM_REALTIME_SEQUENCES, 16): a

@@ -1,7 +1,7 @@
 """An engine served from a child process of its own, behind the same protocol.
 
 vLLM-Omni's AsyncOmni runs its output loop in the process that created it. In a GPU worker
-that process also runs Celery, SQLAlchemy and the part writes of up to 96 task threads under
+that process also runs Celery, SQLAlchemy and the part writes of its task threads under
 one GIL. Here the engine lives in a spawned child whose only Python work is the engine; the
 worker's threads send requests over a socket and get audio back (a 20 s segment is 1.9 MB of
 float32). bench.gpu_engine on an H100, one run: the worker went from 0.841 to 0.873 of raw
