@@ -66,7 +66,9 @@ def summary() -> str:
              "python -m bench.sync_overhead --broker-url redis://127.0.0.1:6379/7")):
         sync = _load(name)
         row(f"sync `/v1/audio/speech` latency / bare Piper (nothing else running), {mode}",
-            f"{sync['ratio']:.3f} (interleaved: {sync['ratio_interleaved']:.3f})" if sync
+            f"{sync['ratio']:.3f} (paired: {sync['ratio_paired']:.3f}; interleaved: "
+            f"{sync['ratio_interleaved']:.3f})" if sync and "ratio_paired" in sync
+            else f"{sync['ratio']:.3f} (interleaved: {sync['ratio_interleaved']:.3f})" if sync
             else "not run", "<= 1.05", sync["ratio"] <= 1.05 if sync else None, command)
     longform = _load("longform")
     for key in [*FORMATS, f"{FORMATS[-1]}, no alignment"]:

@@ -9,7 +9,12 @@ a little different in length). Two baselines, medians after a warm-up each:
   drift over the run (a shared 2-core VM here) weighs on both sides alike;
 - interleaved: raw and served taken in turns while the server runs. Each side then starts
   while the other's ONNX Runtime threads still spin after its run, which slows both (the
-  old method; kept for comparison).
+  old method; kept for comparison);
+- paired: the same turns with a pause before each side (no spinning threads left), each
+  served answer divided by the raw run just before it, the median of those ratios. A VM
+  whose speed shifts over tens of seconds (this one: 42 or 51 ms per audio-s, the same
+  process) moves both sides of a pair alike, where it can move the bare phases and the
+  served one apart.
 The served figure of the headline is taken with answers one after another and this process
 idle. Also the CPU per answer by process (from /proc) and what the idle server uses.
 Target: served / bare <= 1.05. `--broker-url redis://...` measures production mode (Redis
@@ -19,6 +24,7 @@ broker and result streams) the same way.
 """
 
 import argparse
+import statistics
 import time
 from typing import Any
 
@@ -27,6 +33,7 @@ import httpx
 from bench.common import busiest_threads, save, served, summary, table, thread_cpu
 
 IDLE_S = 10.0
+PAUSE_S = 0.5  # before each side of a pair: longer than ONNX Runtime's threads spin
 TEXT = ("The old lighthouse keeper climbed the spiral stairs every evening at dusk. "
         "He trimmed the wick, polished the great lens, and watched the ships slip past "
         "the rocks. Nobody had asked him to stay after the light was automated, "
@@ -94,6 +101,12 @@ def main() -> None:
             raw_s.append(raw())
             raw_cpu += time.process_time() - spent
             served_s.append(through_platform())
+        pairs = []
+        for _ in range(args.rounds):
+            time.sleep(PAUSE_S)
+            alone_raw = raw()
+            time.sleep(PAUSE_S)
+            pairs.append(through_platform() / alone_raw)
         audio_seconds = float(http.post("/v1/audio/speech", json=body)
                               .headers["x-audio-duration"])
     after_s = [raw() for _ in range(args.rounds - half)]  # the server has stopped
@@ -119,6 +132,10 @@ def main() -> None:
           "per audio-s (the machine's drift)")
     print(f"interleaved served / interleaved raw: {interleaved:.3f}   (the old method: each "
           "side runs right after the other, whose ONNX threads still spin)")
+    paired = statistics.median(pairs)
+    print(f"paired served / raw, {PAUSE_S} s before each side: {paired:.3f} median of "
+          f"{len(pairs)} (quartiles {statistics.quantiles(pairs, n=4)[0]:.3f}-"
+          f"{statistics.quantiles(pairs, n=4)[2]:.3f}; the drift of the machine cancels out)")
     print("\nCPU per answer (core-ms; the served answers' from /proc, by process):")
     per: dict[str, float] = {}
     for cpu in served_cpu:
@@ -137,7 +154,8 @@ def main() -> None:
         "unit": "seconds per audio-second", "bare": b, "bare_before_median": before,
         "bare_after_median": after, "raw": r, "served": a, "served_interleaved": s,
         "ratio": ratio,
-        "ratio_interleaved": interleaved, "target": 1.05,
+        "ratio_interleaved": interleaved, "ratio_paired": paired, "pairs": pairs,
+        "target": 1.05,
         "raw_cpu_ms_per_answer": 1000 * raw_cpu / args.rounds, "served_cpu_ms_per_answer": per,
         "idle_server": idle})
 
