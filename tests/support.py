@@ -20,9 +20,16 @@ import numpy as np
 
 def free_port() -> int:
     """Return a TCP port that is free on loopback right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """Return `count` different TCP ports that are free on loopback right now."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:  # all bound at once: the kernel hands out no port twice
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 def log_events(text: str) -> list[dict[str, Any]]:
