@@ -288,7 +288,9 @@ def test_an_epub_shows_its_chapters_before_it_is_submitted(browser: WebDriver, s
 def test_a_running_job_can_be_cancelled_and_deleted(browser: WebDriver, served: str) -> None:
     open_console(browser, served, "jobs")
     browser.execute_script("document.getElementById('job-text').value = arguments[0];",
-                           "A long sentence to keep the worker busy for a while. " * 200)
+                           # minutes of work on any machine: at 200 sentences a job on a
+                           # fast 2-core VM finished before its Cancel button was clicked
+                           "A long sentence to keep the worker busy for a while. " * 2000)
     browser.find_element(By.ID, "job-submit").click()
     job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
                    if text_of(d, "status").startswith("submitted job_") else None)
