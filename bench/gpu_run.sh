@@ -17,6 +17,13 @@
 #   bash bench/gpu_run.sh wait                                   # wait, copy logs to $OUT
 #
 # `start` needs the RECIPE's dev_setup.sh and dev_build.sh done first (/tmp/site, MODEL).
+# Carrying the parts (64 MiB a call with the working tree, about 14 MiB of it the repo): join
+# ../shared/gpu/pack.sh's all.part.00 and all.part.01 and bench/gpu_pack.sh's narrator.part,
+# `split -n 3` the whole into three ignored .xfer1-3 folders (the RECIPE's scripts beside the
+# first). Call 1 moves the first chunk to /tmp/x; call 2 the second, cuts all.part.00 and .01
+# back out (head -c, tail -c), checks SHA256SUMS and starts dev_setup.sh and dev_build.sh in the
+# background (setsid); call 3 cuts narrator.part out of the three (tail -c +<both parts' size
+# + 1>) and runs `start` (session 18: about a minute of device time before the first run).
 # Runs from a copy of the repo in /tmp/nrepo: the device copies the working tree again on
 # every call. Logs: /tmp/gpo (product.log, test.log, the processes' logs, done).
 set -uo pipefail
