@@ -72,6 +72,11 @@ def main() -> None:
           f" jobs/s then): p50 {reads.get('p50_ms', 0):.1f} ms, p99 {reads.get('p99_ms', 0):.1f}"
           f" ms (target < 20), {reads.get('rps', 0):.0f} reads/s; with no batch running: p50 "
           f"{alone['p50_ms']:.1f} ms, p99 {alone['p99_ms']:.1f} ms, {alone['rps']:.0f} reads/s")
+    if alone["rps"]:  # Little's law: a closed loop of N clients at R/s waits N / R on average
+        print(f"{args.readers} clients in a closed loop at {alone['rps']:.0f} reads/s wait "
+              f"{1000 * args.readers / alone['rps']:.1f} ms on average with no batch running "
+              f"(Little's law): a p99 under 20 ms needs more than {args.readers / 0.020:,.0f}"
+              " reads/s from this API")
     save(f"batch_w{args.api_workers}", {"size": args.size, "seconds": seconds,
                                         "jobs_per_s": rates, "reads_during": reads,
                                         "reads_alone": alone, "batches_during": during,
