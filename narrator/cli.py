@@ -182,8 +182,15 @@ def _settle_gc() -> None:
     gc.set_threshold(50_000, 10, 10)
 
 
-def _supervise(argv: list[str], count: int) -> None:
+def _supervise(argv: list[str], count: int, *, name: str = "api",
+               envs: list[dict[str, str]] | None = None, wait: float = 30.0,
+               ready_file: str = "") -> None:
     """Run `count` copies of `argv` until SIGTERM or SIGINT; start again one that exits.
+
+    SIGTERM and SIGINT go to every copy as SIGTERM (uvicorn's and Celery's graceful
+    shutdowns), then each gets `wait` seconds. `envs`: each copy's environment. For workers
+    (`name` "worker") SIGHUP goes to every copy (each recycles itself), and `ready_file`
+    exists while every copy's own `ready_file.N` does.
 
     uvicorn's own --workers shares one listening socket between its processes, and the
     kernel then hands keep-alive connections to whichever process accepts first: under
@@ -196,36 +203,52 @@ def _supervise(argv: list[str], count: int) -> None:
     import structlog
 
     log = structlog.get_logger()
-    children = [subprocess.Popen(argv) for _ in range(count)]
+
+    def launch(n: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, env=envs[n] if envs else None)
+
+    children = [launch(n) for n in range(count)]
     stopping = False
 
     def stop(_signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
         for child in children:
-            child.send_signal(signal.SIGTERM)  # uvicorn's graceful shutdown
+            child.send_signal(signal.SIGTERM)
+
+    def recycle(_signum: int, _frame: object) -> None:
+        for child in children:
+            child.send_signal(signal.SIGHUP)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if name == "worker":
+        signal.signal(signal.SIGHUP, recycle)
     exits: list[float] = []  # when processes exited: a crash loop ends the supervisor
     while not stopping:
         for n, child in enumerate(children):
             if child.poll() is not None and not stopping:
-                log.warning("api.process_exited", pid=child.pid, code=child.returncode)
+                log.warning(f"{name}.process_exited", pid=child.pid, code=child.returncode)
                 exits = [t for t in exits if t > time.monotonic() - 60] + [time.monotonic()]
                 if len(exits) > 2 * count:  # it cannot start (the port is taken, ...)
                     stop(signal.SIGTERM, None)
                     break
                 time.sleep(1)
-                children[n] = subprocess.Popen(argv)
+                children[n] = launch(n)
+        if ready_file and all(Path(f"{ready_file}.{n}").exists() for n in range(count)):
+            Path(ready_file).touch()
+        elif ready_file:
+            Path(ready_file).unlink(missing_ok=True)
         time.sleep(0.5)
+    if ready_file:
+        Path(ready_file).unlink(missing_ok=True)
     for child in children:
         try:
-            child.wait(30)
+            child.wait(wait)
         except subprocess.TimeoutExpired:
             child.kill()
     if len(exits) > 2 * count:
-        raise SystemExit(f"API processes exited {len(exits)} times in a minute")
+        raise SystemExit(f"{name} processes exited {len(exits)} times in a minute")
 
 
 @cli.command()
@@ -238,6 +261,10 @@ def worker(
         help="default: threads (on Piper one per core, on vLLM-Omni VLLM_MAX_IN_FLIGHT)"
              )] = "",
     concurrency: int = 0,
+    processes: Annotated[int, typer.Option(
+        help="worker processes, each a Celery worker of its own with a share of the cores "
+             "(0: one per ASSEMBLY_CORES_PER_PROCESS cores on a worker that runs no engine, "
+             "else 1)")] = 0,
     loglevel: str = "INFO",
     banner: Annotated[bool, typer.Option(help="print Celery's start-up banner")] = True,
 ) -> None:
@@ -263,6 +290,16 @@ def worker(
     # A worker with no model queue (--queues assembly) runs no engine: its tasks are CPU work
     # (MP3 fragments, assemblies) on a thread per core, whatever NARRATOR_ENGINE says.
     synthesizes = any(q.startswith((f"{REALTIME}.", f"{BATCH}.")) for q in queues.split(","))
+    # One process's threads share one GIL: on two H100s one assembly worker's 32 threads
+    # encoded about 25 MP3 fragments a second after a wave of segments, 9 of its 32 cores
+    # busy, each fragment holding the GIL about 15 ms of its ~140 ms here (bench.fragments;
+    # README, One host, several GPUs). More cores, more processes; an engine stays in one.
+    processes = processes or (
+        1 if synthesizes else max(1, cores() // settings.assembly_cores_per_process))
+    if processes > 1:
+        _supervise_workers(queues, processes, pool, concurrency or max(1, cores() // processes),
+                           loglevel, banner)
+        return
     pool = pool or "threads"
     argv = [*([] if banner else ["--quiet"]), "worker", "-Q", ",".join(pooled), "--pool", pool,
             "-l", loglevel,
@@ -280,6 +317,29 @@ def worker(
     if concurrency:
         argv += ["-c", str(concurrency)]
     celery_app.worker_main(argv)
+
+
+def _supervise_workers(queues: str, count: int, pool: str, threads: int, loglevel: str,
+                       banner: bool) -> None:
+    """Run `count` `narrator worker` processes on `queues`, `threads` each, as one worker.
+
+    Each is an ordinary worker: its own registry record, heartbeat and recycle. The first
+    serves /metrics (METRICS_PORT) for all of them (Prometheus' multiprocess folder), and
+    READY_FILE exists while each one's READY_FILE.N does.
+    """
+    from workers.settings import get_settings
+
+    settings = get_settings()
+    if settings.metrics_port:
+        _share_metrics()
+    argv = [sys.executable, "-P", "-m", "narrator", "worker", "--queues", queues,
+            "--processes", "1", "--concurrency", str(threads), "--loglevel", loglevel,
+            *(["--pool", pool] if pool else []), *([] if banner else ["--no-banner"])]
+    envs = [os.environ | ({"NARRATOR_READY_FILE": f"{settings.ready_file}.{n}"}
+                          if settings.ready_file else {})
+            | ({"NARRATOR_METRICS_PORT": "0"} if n else {}) for n in range(count)]
+    _supervise(argv, count, name="worker", envs=envs, ready_file=settings.ready_file,
+               wait=settings.worker_shutdown_grace_seconds + 35)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:

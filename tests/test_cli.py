@@ -3,6 +3,7 @@ worker command's pool."""
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,19 +62,26 @@ def test_retry_of_a_job_that_did_not_fail_says_why(local_stack: Stack, tmp_path:
     assert "error 409: only a failed job can be retried; this one is completed" in done.stderr
 
 
-def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str) -> list[str]:
-    """Return the Celery argv `narrator worker` builds for `engine` and `queues`."""
+def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str,
+                 cores: int = 4) -> list[str]:
+    """Return the Celery argv `narrator worker` builds for `engine` and `queues` on a host
+    of `cores` cores; with several processes, ["supervise", processes, threads]."""
     from narrator import cli
+    from workers import assembly
     from workers.app import celery_app
     from workers.settings import get_settings
 
+    monkeypatch.setattr(assembly, "cores", lambda: cores)
+    monkeypatch.setattr(cli, "_supervise_workers", lambda _queues, count, _pool, threads, *_: (
+        argv.extend(["supervise", count, threads])))
     monkeypatch.setenv("NARRATOR_ENGINE", engine)
     monkeypatch.setenv("NARRATOR_WORKER_QUEUES", "")  # the command sets it: restored after
     get_settings.cache_clear()
-    argv: list[str] = []
+    argv: list[Any] = []
     monkeypatch.setattr(celery_app, "worker_main", argv.extend)
     try:
-        cli.worker(queues=queues, pool="", concurrency=0, loglevel="INFO", banner=True)
+        cli.worker(queues=queues, pool="", concurrency=0, processes=0, loglevel="INFO",
+                   banner=True)
     finally:
         get_settings.cache_clear()
     return argv
@@ -81,7 +89,6 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str) -> l
 
 def test_worker_threads_default_to_cores_on_piper_and_to_engine_slots_on_the_gpu(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers.assembly import cores
     from workers.settings import WorkerSettings
 
     # A GPU worker runs a thread per engine slot: no segment waits in a worker that holds
@@ -92,13 +99,28 @@ def test_worker_threads_default_to_cores_on_piper_and_to_engine_slots_on_the_gpu
     # Piper's default worker runs a segment per core (one intra-op thread each).
     piper = _worker_argv(monkeypatch, "piper", "")
     assert piper[piper.index("--pool") + 1] == "threads"
-    assert piper[piper.index("-c") + 1] == str(cores())
+    assert piper[piper.index("-c") + 1] == "4"
     # An assembly worker runs no engine: CPU work on a thread per core, whatever the engine.
     for engine in ("piper", "vllm-omni"):
         argv = _worker_argv(monkeypatch, engine, "assembly")
         assert argv[argv.index("-Q") + 1] == "assembly"
         assert argv[argv.index("--pool") + 1] == "threads"
-        assert argv[argv.index("-c") + 1] == str(cores())
+        assert argv[argv.index("-c") + 1] == "4"
+
+
+def test_an_assembly_worker_takes_a_process_per_8_cores_and_an_engine_worker_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # One process's threads share one GIL (bench.fragments): a worker with no engine runs a
+    # process per ASSEMBLY_CORES_PER_PROCESS (8) cores, each with its share of threads.
+    assert _worker_argv(monkeypatch, "vllm-omni", "assembly", cores=32) == ["supervise", 4, 8]
+    assert _worker_argv(monkeypatch, "vllm-omni", "assembly", cores=16) == ["supervise", 2, 8]
+    small = _worker_argv(monkeypatch, "vllm-omni", "assembly", cores=15)
+    assert small[small.index("-c") + 1] == "15"  # one process below 16 cores
+    # A worker that runs an engine stays one process, however many cores.
+    gpu = _worker_argv(monkeypatch, "vllm-omni", "batch.m17", cores=32)
+    assert "supervise" not in gpu
+    piper = _worker_argv(monkeypatch, "piper", "", cores=32)
+    assert piper[piper.index("-c") + 1] == "32"
 
 
 def test_lexicon_from_a_tsv_file_is_made_then_replaced_and_a_job_speaks_it(

@@ -9,6 +9,8 @@ all 6 pool threads for about 18 s; a sync request of 25 frames must still be ans
 well under one segment's time.
 """
 
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +27,7 @@ from tests.support import (
     Process,
     Stack,
     gpu_double_env,
+    log_events,
     narrator,
     start_stack,
     wait_for,
@@ -187,5 +190,41 @@ def test_assembly_goes_to_a_cpu_worker_while_one_runs(gpu_stack: Stack, tmp_path
         assert not completed(gpu_stack.worker.output())
         if kind == "assembly-only":
             assert "engine." not in cpu.output()
+    finally:
+        cpu.stop()
+
+
+def test_an_assembly_worker_in_processes_assembles_and_stops_as_one(
+        gpu_stack: Stack, tmp_path: Path) -> None:
+    """`narrator worker --queues assembly --processes 2` (what a host of 16 cores or more
+    starts by default): two ordinary workers under one supervisor. They take the MP3
+    fragments and the assembly of a GPU job, READY_FILE exists once both are ready, and one
+    SIGTERM stops both."""
+    ready = tmp_path / "ready"
+    env = gpu_stack.env | {"PYTHONPATH": str(ROOT), "NARRATOR_READY_FILE": str(ready)}
+    cpu = Process(narrator("worker", "--queues", "assembly", "--processes", "2"), env,
+                  tmp_path / "assembly.log").start()
+    try:
+        wait_for(ready.exists, 90, "both assembly processes to be ready")
+        assert cpu.output().count('"worker.ready"') == 2, cpu.output()[-3000:]
+        with gpu_stack.client() as http:
+            book = "\n\n".join(f"Paragraph {n} of the book." for n in range(8))
+            created = http.post("/v1/audio/jobs", json={
+                "input": book, "response_format": "mp3", "max_new_tokens": 20})
+            job = wait_job(http, created.json()["id"], timeout=90)
+        assert job["status"] == "completed", job
+        events = log_events(cpu.output())
+        key = str(uuid.UUID(hex=job["id"].removeprefix("job_")))
+        assert any(e["event"] == "job.completed" and e.get("job_id") == key for e in events)
+        assert any(e["event"] == "fragment.encoded" and e.get("job_id") == key for e in events)
+        children = [e["pid"] for e in events if e["event"] == "worker.starting"][1:]
+        assert len(children) == 2
+        assert cpu.popen is not None
+        cpu.popen.send_signal(signal.SIGTERM)
+        assert cpu.popen.wait(60) == 0
+        assert not ready.exists()
+        for pid in children:  # each child's warm shutdown ended with the supervisor
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
     finally:
         cpu.stop()

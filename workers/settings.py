@@ -66,6 +66,9 @@ class WorkerSettings(CoreSettings):
     # Worker threads; 0: the in-flight bound on vLLM-Omni (narrator.cli.worker says why), one
     # per core on Piper and on workers with no engine.
     worker_threads: int = 0
+    # A worker that runs no engine (`--queues assembly`) starts a process per this many
+    # cores (narrator.cli.worker says why): 4 of 8 threads on a 32-core GPU host, 1 below 16.
+    assembly_cores_per_process: int = 8
     # Threads only sync speech uses (the realtime lane); 0: on vLLM-Omni one per sequence
     # its deploy config keeps above VLLM_MAX_IN_FLIGHT (VLLM_REALTIME_SEQUENCES, 16): a
     # lane thread only waits on the engine, and a request queued at the lane waits first
