@@ -121,6 +121,45 @@ def gil_seconds(job_id: uuid.UUID, fragments: int, threads: int, spy: str,
     return wall, samples / 100
 
 
+def contention(seconds: float, spinners: int = 2, reps: int = 3) -> dict[str, float]:
+    """Seconds one MP3 of `seconds` takes to encode while `spinners` threads run Python:
+    through a BytesIO (libsndfile calls back into Python, taking the GIL, per write) and
+    through core.audio.encode (a temporary file's descriptor: no callbacks)."""
+    import io
+    import threading
+
+    from core.audio import encode, encode_to
+
+    audio = Tone(seconds).audio
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    def streamed() -> bytes:
+        buffer = io.BytesIO()
+        encode_to([audio], RATE, "mp3", buffer)
+        return buffer.getvalue()
+
+    out: dict[str, float] = {}
+    for name, run in (("BytesIO", streamed), ("descriptor", lambda: encode(audio, RATE, "mp3"))):
+        for beside in (0, spinners):
+            stop.clear()
+            threads = [threading.Thread(target=spin) for _ in range(beside)]
+            for thread in threads:
+                thread.start()
+            started = time.perf_counter()
+            for _ in range(reps):
+                run()
+            seconds = (time.perf_counter() - started) / reps
+            out[f"{name} {'beside' if beside else 'alone'}"] = seconds
+            stop.set()
+            for thread in threads:
+                thread.join()
+    return out
+
+
 def _in_encode(stack: str) -> bool:
     return "encode_fragment" in stack  # the pool's threads at work, not the sleep above
 
@@ -190,8 +229,13 @@ def main() -> None:
     print(table(["threads", "fragments", "wall s", "fragments/s", "audio-s/s",
                  "CPU ms each", "cores busy", "GIL-held ms each", "GIL ceiling fragments/s"],
                 rows))
+    waits = contention(args.seconds)
+    print(f"\none MP3 of {args.seconds:g} s, alone and beside 2 threads running Python (s):")
+    print(table(["written through", "alone", "beside 2 Python threads"],
+                [[name, f"{waits[f'{name} alone']:.2f}", f"{waits[f'{name} beside']:.2f}"]
+                 for name in ("BytesIO", "descriptor")]))
     save("fragments", {"fragments": args.fragments, "seconds": args.seconds,
-                       "results": results})
+                       "results": results, "contention_s": waits})
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ Every encoder takes an iterator of float32 blocks, so long audio never sits in m
 """
 
 import io
+import tempfile
 from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -34,7 +35,7 @@ OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 # libsndfile's Ogg writer crashes on very large single writes: feed it bounded blocks.
 MAX_BLOCK_SECONDS = 10
 
-Sink = str | Path | IO[bytes]
+Sink = str | Path | IO[bytes] | int  # int: an open file descriptor, left open
 
 
 def to_pcm16(audio: Audio) -> bytes:
@@ -102,7 +103,8 @@ def encode_to(blocks: Iterable[Audio], rate: int, fmt: str, sink: Sink,
         blocks, rate = _resampled(_bounded(blocks, rate), rate, out_rate), out_rate
     blocks = _bounded(blocks, rate)
     if fmt == "pcm":
-        out = open(sink, "wb") if isinstance(sink, str | Path) else sink  # noqa: SIM115
+        out = open(sink, "wb", closefd=not isinstance(sink, int)) \
+            if isinstance(sink, str | Path | int) else sink  # noqa: SIM115
         try:
             for block in blocks:
                 out.write(to_pcm16(block))
@@ -124,16 +126,30 @@ def encode_to(blocks: Iterable[Audio], rate: int, fmt: str, sink: Sink,
     constant = {"bitrate_mode": "CONSTANT", "compression_level": (320 - cbr_kbps) / 288} \
         if fmt == "mp3" and cbr_kbps else {}
     with sf.SoundFile(sink, mode="w", samplerate=rate, channels=1, format=container,
-                      subtype=subtype, **constant) as f:
+                      subtype=subtype, closefd=False, **constant) as f:
         for block in blocks:
             f.write(block)
 
 
 def encode(audio: Audio, rate: int, fmt: str) -> bytes:
-    """Encode one array in memory (sync responses)."""
-    buffer = io.BytesIO()
-    encode_to([audio], rate, fmt, buffer)
-    return buffer.getvalue()
+    """Encode one array in memory (sync responses, MP3 and AAC fragments).
+
+    libsndfile's formats are written to a temporary file's descriptor, not to a BytesIO:
+    given a Python file object, libsndfile calls back into Python for every write (835
+    calls for 20 s of MP3), and each call must take the GIL again. Beside two threads running
+    Python, one 20 s MP3 then took 9.9 s here, and 0.35 s through the descriptor, where the
+    encoder never needs the GIL (tests/test_audio.py). On two H100s the assembly worker's
+    32 threads each took 1.1-1.4 s per fragment against 0.3 s alone (README, One host,
+    several GPUs). Alone it is also 17 % less CPU (218 against 263 ms for 20 s of MP3).
+    """
+    if fmt not in _SNDFILE:  # PCM and AAC: no callbacks
+        buffer = io.BytesIO()
+        encode_to([audio], rate, fmt, buffer)
+        return buffer.getvalue()
+    with tempfile.TemporaryFile() as file:
+        encode_to([audio], rate, fmt, file.fileno())
+        file.seek(0)
+        return file.read()
 
 
 def decode(data: bytes | Sink) -> tuple[Audio, int]:

@@ -24,6 +24,23 @@ def test_encoded_audio_decodes_to_the_same_duration(fmt: str) -> None:
     assert 0.3 < float(np.sqrt(np.mean(audio**2))) < 0.4
 
 
+@pytest.mark.parametrize("fmt", ["wav", "flac", "mp3"])
+def test_in_memory_encodes_match_a_streamed_one_and_run_on_threads_at_once(fmt: str) -> None:
+    """encode() writes libsndfile's formats through a temporary file's descriptor (no Python
+    callback per write, so no wait for the GIL per write): the bytes are the ones a stream
+    gets, also with eight threads encoding at once (each has a file of its own)."""
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+
+    audio = tone(20.0, 24000)
+    streamed = io.BytesIO()
+    encode_to([audio], 24000, fmt, streamed)
+    assert encode(audio, 24000, fmt) == streamed.getvalue()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        together = list(pool.map(lambda _: encode(audio, 24000, fmt), range(16)))
+    assert all(data == streamed.getvalue() for data in together)
+
+
 def test_pcm_is_raw_16_bit_little_endian() -> None:
     data = encode(tone(1.0, 22050), 22050, "pcm")
     assert len(data) == 22050 * 2
