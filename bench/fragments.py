@@ -15,7 +15,8 @@ kept fragment) for the N fragments at once on T threads of this process, as the 
 worker's pool does. It leaves out the broker. With py-spy (--gil, the default when it is on
 PATH), the same fragments once more while py-spy samples the threads that hold the GIL: the
 GIL-held milliseconds per fragment bound one process at any core count to 1,000 / ms
-fragments a second.
+fragments a second. A second table times one encode alone and beside two threads running
+Python: MP3 through a BytesIO and through `core.audio.encode` (a file descriptor), and AAC.
 
     python -m bench.fragments [--fragments 64] [--seconds 20] [--threads 1 0] [--no-gil]
 """
@@ -122,9 +123,10 @@ def gil_seconds(job_id: uuid.UUID, fragments: int, threads: int, spy: str,
 
 
 def contention(seconds: float, spinners: int = 2, reps: int = 3) -> dict[str, float]:
-    """Seconds one MP3 of `seconds` takes to encode while `spinners` threads run Python:
-    through a BytesIO (libsndfile calls back into Python, taking the GIL, per write) and
-    through core.audio.encode (a temporary file's descriptor: no callbacks)."""
+    """Seconds one encode of `seconds` takes while `spinners` threads run Python: MP3 through
+    a BytesIO (libsndfile calls back into Python, taking the GIL, per write) and through
+    core.audio.encode (a temporary file's descriptor: no callbacks); AAC through encode
+    (PyAV, a BytesIO)."""
     import io
     import threading
 
@@ -143,7 +145,9 @@ def contention(seconds: float, spinners: int = 2, reps: int = 3) -> dict[str, fl
         return buffer.getvalue()
 
     out: dict[str, float] = {}
-    for name, run in (("BytesIO", streamed), ("descriptor", lambda: encode(audio, RATE, "mp3"))):
+    for name, run in (("MP3, BytesIO", streamed),
+                      ("MP3, descriptor (encode)", lambda: encode(audio, RATE, "mp3")),
+                      ("AAC, BytesIO (encode)", lambda: encode(audio, RATE, "aac"))):
         for beside in (0, spinners):
             stop.clear()
             threads = [threading.Thread(target=spin) for _ in range(beside)]
@@ -153,7 +157,7 @@ def contention(seconds: float, spinners: int = 2, reps: int = 3) -> dict[str, fl
             for _ in range(reps):
                 run()
             seconds = (time.perf_counter() - started) / reps
-            out[f"{name} {'beside' if beside else 'alone'}"] = seconds
+            out[f"{name}: {'beside' if beside else 'alone'}"] = seconds
             stop.set()
             for thread in threads:
                 thread.join()
@@ -230,10 +234,11 @@ def main() -> None:
                  "CPU ms each", "cores busy", "GIL-held ms each", "GIL ceiling fragments/s"],
                 rows))
     waits = contention(args.seconds)
-    print(f"\none MP3 of {args.seconds:g} s, alone and beside 2 threads running Python (s):")
-    print(table(["written through", "alone", "beside 2 Python threads"],
-                [[name, f"{waits[f'{name} alone']:.2f}", f"{waits[f'{name} beside']:.2f}"]
-                 for name in ("BytesIO", "descriptor")]))
+    names = dict.fromkeys(key.split(": ")[0] for key in waits)
+    print(f"\none encode of {args.seconds:g} s, alone and beside 2 threads running Python (s):")
+    print(table(["format, written through", "alone", "beside 2 Python threads"],
+                [[name, f"{waits[f'{name}: alone']:.2f}", f"{waits[f'{name}: beside']:.2f}"]
+                 for name in names]))
     save("fragments", {"fragments": args.fragments, "seconds": args.seconds,
                        "results": results, "contention_s": waits})
 
