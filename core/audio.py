@@ -137,10 +137,10 @@ def encode(audio: Audio, rate: int, fmt: str) -> bytes:
     libsndfile's formats are written to a temporary file's descriptor, not to a BytesIO:
     given a Python file object, libsndfile calls back into Python for every write (835
     calls for 20 s of MP3), and each call must take the GIL again. Beside two threads running
-    Python, one 20 s MP3 then took 9.9 s here, and 0.35 s through the descriptor, where the
-    encoder never needs the GIL (tests/test_audio.py). On two H100s the assembly worker's
+    Python, one 20 s MP3 then took 5.9-6.5 s, and 0.18-0.19 s through the descriptor, where
+    the encoder never needs the GIL (bench.fragments). On two H100s the assembly worker's
     32 threads each took 1.1-1.4 s per fragment against 0.3 s alone (README, One host,
-    several GPUs). Alone it is also 17 % less CPU (218 against 263 ms for 20 s of MP3).
+    several GPUs). The bytes are the same (tests/test_audio.py).
     """
     if fmt not in _SNDFILE:  # PCM and AAC: no callbacks
         buffer = io.BytesIO()

@@ -184,12 +184,12 @@ def _settle_gc() -> None:
 
 def _supervise(argv: list[str], count: int, *, name: str = "api",
                envs: list[dict[str, str]] | None = None, wait: float = 30.0,
-               ready_file: str = "") -> None:
+               ready_file: str = "", pass_sighup: bool = False) -> None:
     """Run `count` copies of `argv` until SIGTERM or SIGINT; start again one that exits.
 
     SIGTERM and SIGINT go to every copy as SIGTERM (uvicorn's and Celery's graceful
-    shutdowns), then each gets `wait` seconds. `envs`: each copy's environment. For workers
-    (`name` "worker") SIGHUP goes to every copy (each recycles itself), and `ready_file`
+    shutdowns), then each gets `wait` seconds. `envs`: each copy's environment. With
+    `pass_sighup`, SIGHUP goes to every copy (a worker recycles itself on it). `ready_file`
     exists while every copy's own `ready_file.N` does.
 
     uvicorn's own --workers shares one listening socket between its processes, and the
@@ -222,7 +222,7 @@ def _supervise(argv: list[str], count: int, *, name: str = "api",
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    if name == "worker":
+    if pass_sighup:
         signal.signal(signal.SIGHUP, recycle)
     exits: list[float] = []  # when processes exited: a crash loop ends the supervisor
     while not stopping:
@@ -291,9 +291,10 @@ def worker(
     # (MP3 fragments, assemblies) on a thread per core, whatever NARRATOR_ENGINE says.
     synthesizes = any(q.startswith((f"{REALTIME}.", f"{BATCH}.")) for q in queues.split(","))
     # One process's threads share one GIL: on two H100s one assembly worker's 32 threads
-    # encoded about 25 MP3 fragments a second after a wave of segments, 9 of its 32 cores
-    # busy, each fragment holding the GIL about 15 ms of its ~140 ms here (bench.fragments;
-    # README, One host, several GPUs). More cores, more processes; an engine stays in one.
+    # encoded about 25 MP3 fragments a second after a wave of segments, 4.7 cores busy on
+    # average over the job, each task 1.1-1.4 s against 0.3 s alone; each fragment held the
+    # GIL 7-15 ms of its 100-150 ms of CPU here (bench.fragments; README, One host, several
+    # GPUs). More cores, more processes; an engine stays in one.
     processes = processes or (
         1 if synthesizes else max(1, cores() // settings.assembly_cores_per_process))
     if processes > 1:
@@ -339,7 +340,7 @@ def _supervise_workers(queues: str, count: int, pool: str, threads: int, logleve
                           if settings.ready_file else {})
             | ({"NARRATOR_METRICS_PORT": "0"} if n else {}) for n in range(count)]
     _supervise(argv, count, name="worker", envs=envs, ready_file=settings.ready_file,
-               wait=settings.worker_shutdown_grace_seconds + 35)
+               wait=settings.worker_shutdown_grace_seconds + 35, pass_sighup=True)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:
