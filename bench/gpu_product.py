@@ -308,9 +308,10 @@ def recycle(args: argparse.Namespace, worker: subprocess.Popen[bytes], log: Path
 
 
 def restart(url: str, args: argparse.Namespace, worker: subprocess.Popen[bytes],
-            env: dict[str, str], log: Path) -> dict[str, Any]:
-    """Stop the GPU worker and start it again (warm caches): seconds to ready, and where
-    they went by its log (engine stages, warm-up)."""
+            env: dict[str, str], log: Path, client: Client, busy: GpuBusy) -> dict[str, Any]:
+    """Stop the GPU worker and start it again (warm caches): seconds to ready, where they
+    went by its log (engine stages, warm-up), and then one job of SEGMENTS, the first job
+    after the start (does a shorter warm-up leave it slower?)."""
     stop(worker)  # (already stopped when this is a second restart)
     for _ in range(120):  # until its registry record is gone: the assembly worker's stays
         with contextlib.suppress(httpx.HTTPError, ValueError):
@@ -322,10 +323,12 @@ def restart(url: str, args: argparse.Namespace, worker: subprocess.Popen[bytes],
     again = start(["worker"], env, log)
     try:
         seconds = wait_ready(url, args.start_timeout, [again], 2)
+        first_job = sustained(client, args.segments, 1, busy, f"restarted-{mark}")
     finally:
         stop(again)
-    return {"seconds": seconds, "steps": [("worker process launched", launched), *start_steps(
-        log.read_bytes()[mark:].decode(errors="replace"))]}
+    return {"seconds": seconds, "first_job": first_job, "steps": [
+        ("worker process launched", launched),
+        *start_steps(log.read_bytes()[mark:].decode(errors="replace"))]}
 
 
 # Lines of a worker's start, as vLLM, vLLM-Omni and Narrator log them (first match each).
@@ -422,11 +425,12 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
                                                      "after-recycle"))
         if args.restart and mode == "production":
             phase(result, "restart", restart(url, args, gpu_workers[0], env,
-                                             logs / "worker.log"))
+                                             logs / "worker.log", client, busy))
             for extra in args.restart_env:  # the same restart, a setting changed
                 name, value = extra.split("=", 1)
                 phase(result, f"restart {extra}", restart(
-                    url, args, gpu_workers[0], env | {name: value}, logs / "worker.log"))
+                    url, args, gpu_workers[0], env | {name: value}, logs / "worker.log",
+                    client, busy))
     return result
 
 
@@ -579,6 +583,10 @@ def main() -> None:
                 rows.append([mode, f"{name}, warm caches: stop -> ready",
                              f"{value['seconds']:.1f} s",
                              "; ".join(f"{step} {at}" for step, at in value["steps"])])
+                job = value["first_job"]
+                rows.append([mode, f"{name}: first job after it ({args.segments} segments)",
+                             f"{job['wall_s']:.1f} s, {job['rate']:.1f} audio-s/s",
+                             f"last segment at {job['synthesis_s']:.1f} s; GPU {job['gpu']}"])
     if args.double:
         print("ENGINE DOUBLE: these timings prove the harness, not a GPU.")
     print(table(["mode", "measure", "result", "note"], rows))
