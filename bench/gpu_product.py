@@ -95,6 +95,26 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, 9)
 
 
+def wait_assembly(url: str, timeout: float, processes: list[subprocess.Popen[bytes]],
+                  ready_file: Path) -> int:
+    """Wait for the assembly worker's READY_FILE (all its processes consume); return how
+    many worker records /readyz then counts ready."""
+    started = time.monotonic()
+    while not ready_file.exists():
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"the assembly worker not ready after {timeout:.0f} s")
+        for process in processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+        time.sleep(0.2)
+    while True:  # its records reach the registry just before or after the file
+        wait_ready(url, timeout, processes)
+        count = httpx.get(f"{url}/readyz", timeout=5).json()["workers"]["ready"]
+        time.sleep(2)
+        if httpx.get(f"{url}/readyz", timeout=5).json()["workers"]["ready"] == count:
+            return int(count)
+
+
 def wait_ready(url: str, timeout: float, processes: list[subprocess.Popen[bytes]],
                count: int = 1) -> float:
     """Poll /readyz until `count` workers are ready; return the seconds it took."""
@@ -315,14 +335,15 @@ def restart(url: str, args: argparse.Namespace, worker: subprocess.Popen[bytes],
     stop(worker)  # (already stopped when this is a second restart)
     for _ in range(120):  # until its registry record is gone: the assembly worker's stays
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            if httpx.get(f"{url}/readyz", timeout=5).json()["workers"].get("ready", 0) <= 1:
+            if httpx.get(f"{url}/readyz", timeout=5).json()["workers"].get(
+                    "ready", 0) <= args.base_workers:
                 break
         time.sleep(0.5)
     mark = log.stat().st_size
     launched = time.strftime("%H:%M:%S", time.gmtime())
     again = start(["worker"], env, log)
     try:
-        seconds = wait_ready(url, args.start_timeout, [again], 2)
+        seconds = wait_ready(url, args.start_timeout, [again], args.base_workers + 1)
         first_job = sustained(client, args.segments, 1, busy, f"restarted-{mark}")
     finally:
         stop(again)
@@ -405,8 +426,13 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             processes.append(start(["api", "--port", str(port)], env, logs / "api.log"))
             # As compose deploys it: a CPU worker assembles, so the GPU worker never does.
             # This one takes only the assembly queue and so loads no engine.
-            processes.append(start(["worker", "--queues", "assembly"], env,
+            # On 16 cores or more it is a process per ASSEMBLY_CORES_PER_PROCESS, each with
+            # its own registry record: the GPU workers are counted on top of those.
+            ready_file = logs / "assembly.ready"
+            processes.append(start(["worker", "--queues", "assembly"],
+                                   env | {"NARRATOR_READY_FILE": str(ready_file)},
                                    logs / "cpu-worker.log"))
+            args.base_workers = wait_assembly(url, args.start_timeout, processes, ready_file)
             cold = start_workers(args, env, logs, url, processes)
         else:
             processes.append(start(["serve", "--port", str(port)], env, logs / "serve.log"))
@@ -476,8 +502,8 @@ def start_workers(args: argparse.Namespace, env: dict[str, str], logs: Path, url
         worker_env = env | ({"CUDA_VISIBLE_DEVICES": str(n % gpus)} if gpus > 1 else {})
         processes.append(start(["worker"], worker_env, logs / f"worker{n or ''}.log"))
         if args.workers > gpus:  # the assembly worker is ready too
-            wait_ready(url, args.start_timeout, processes, n + 2)
-    wait_ready(url, args.start_timeout, processes, args.workers + 1)
+            wait_ready(url, args.start_timeout, processes, args.base_workers + n + 1)
+    wait_ready(url, args.start_timeout, processes, args.base_workers + args.workers)
     return time.monotonic() - started
 
 
