@@ -13,7 +13,8 @@ stop by themselves. One table:
   ÷ raw             sustained ÷ raw AsyncOmni at the worker's in-flight bound, same session
                     and the first job ÷ the same: the bare engine, bench.gpu_engine --paths raw
                     under vLLM-Omni's own deploy config, after the platform has stopped
-  TTFA alone        streamed first audio byte, one request at a time (p50 / p99)
+  partition         then the GPU workers' realtime partitions ready (workers/partition.py)
+  TTFA alone        streamed first audio byte, one request at a time (p50 / p90 / p99)
   TTFA saturated    the same while JOBS jobs fill the engine: one request every PROBE_GAP s,
                     each on its own thread (the row says if the jobs ended before the probes)
   sync saturated    a whole wav of FRAMES frames, every third gap, under the same load: one
@@ -188,6 +189,10 @@ class Client:
 
     def first_audio(self) -> float:
         """Return seconds to the first byte of a streamed request."""
+        return self.first_audio_at()[0]
+
+    def first_audio_at(self) -> tuple[float, float]:
+        """Return seconds to the first byte of a streamed request, and when it came."""
         started = time.monotonic()
         with self.http.stream("POST", "/v1/audio/speech", json={
                 "input": "How fast does the first sound arrive?", "voice": self.voice,
@@ -198,7 +203,7 @@ class Client:
             next(chunks)
             first = time.monotonic() - started
             b"".join(chunks)  # the rest of the answer, as a client reads it
-        return first
+        return first, started + first
 
     def sync(self, text: str = "A whole answer, at once.") -> float:
         """Return seconds for a whole wav of `frames` frames (in all, over its sentences)."""
@@ -219,10 +224,35 @@ class Client:
 
 
 def percentiles(samples: list[float]) -> str:
-    """Return 'p50 / p99' in ms."""
+    """Return 'p50 / p90 / p99' in ms (nearest rank)."""
     ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return f"{statistics.median(ordered) * 1000:.0f} / {p99 * 1000:.0f} ms"
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+
+    return f"{statistics.median(ordered) * 1000:.0f} / {rank(0.9):.0f} / {rank(0.99):.0f} ms"
+
+
+def wait_partitions(url: str, count: int, timeout: float,
+                    processes: list[subprocess.Popen[bytes]]) -> float | None:
+    """Wait until `count` realtime partitions are ready (workers/partition.py); return the
+    seconds it took, or None when the workers run none (VLLM_REALTIME_ENGINE=false) or one
+    failed (the lane then uses the batch engine: the run measures that)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            realtime = httpx.get(f"{url}/readyz", timeout=5).json()["workers"]["realtime"]
+            if realtime["ready"] >= count:
+                return time.monotonic() - started
+            none = not (realtime["starting"] or realtime["ready"])  # (the API caches 2 s)
+            if realtime["failed"] or (none and time.monotonic() - started > 15):
+                print("PHASE realtime_partition", json.dumps(realtime), flush=True)
+                return None
+        for process in processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+        time.sleep(0.5)
+    raise TimeoutError(f"no realtime partition ready after {timeout:.0f} s")
 
 
 def phase(out: dict[str, Any], name: str, value: Any) -> None:
@@ -248,10 +278,12 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy,
     probe_start = time.monotonic()
     jobs = [client.submit(args.segments, f"probe-{n}") for n in range(args.jobs)]
     time.sleep(args.settle)  # the jobs' first segments reach the engine
-    with ThreadPoolExecutor(max_workers=2 * args.probes) as pool:
+    with ThreadPoolExecutor(max_workers=2 * args.probes + 1) as pool:
+        # Polled throughout: when each job had all its segments made (client.synthesized).
+        waited = pool.submit(client.wait, *jobs)
         streams, syncs, split, clauses = [], [], [], []
         for n in range(args.probes):
-            streams.append(pool.submit(client.first_audio))
+            streams.append(pool.submit(client.first_audio_at))
             if n % 3 == 0 and n:
                 clauses.append(pool.submit(client.sync_long_sentence))
             if n % 3 == 1:
@@ -259,20 +291,22 @@ def measure(client: Client, args: argparse.Namespace, busy: GpuBusy,
             if n % 3 == 2:
                 split.append(pool.submit(client.sync_sentences))
             time.sleep(args.probe_gap)
-        ttfa = [f.result() for f in streams]
+        ttfa_at = [f.result() for f in streams]
+        ttfa = [first for first, _ in ttfa_at]
         sync = [f.result() for f in syncs]
         sentences = [f.result() for f in split]
         long_sentence = [f.result() for f in clauses]
-    probes_end = time.monotonic()
-    statuses = [client.http.get(f"/v1/audio/jobs/{j}").json()["status"] for j in jobs]
-    saturated = any(s_ != "completed" for s_ in statuses)
+        probes_end = time.monotonic()
+        waited.result()
     phase(out, "ttfa_saturated", ttfa)
     phase(out, "sync_saturated", sync)
     phase(out, "sync_sentences_saturated", sentences)
     phase(out, "sync_clauses_saturated", long_sentence)
-    phase(out, "probes_saturated", {"seconds": probes_end - probe_start - args.settle,
-                                    "jobs_still_running": saturated})
-    client.wait(*jobs)
+    phase(out, "probes_saturated", {"seconds": probes_end - probe_start - args.settle})
+    # A probe was inside the load if its first byte came before the jobs had all their
+    # segments made (polled every 0.2 s throughout).
+    busy_until = max(client.synthesized[j] for j in jobs)
+    phase(out, "probes_inside_load", sum(at < busy_until for _, at in ttfa_at))
     phase(out, "saturated_gpu", busy.mean(probe_start, time.monotonic()))
     with spy or contextlib.nullcontext():
         phase(out, "sustained", sustained(client, args.segments, args.jobs, busy, "sustained"))
@@ -410,6 +444,7 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
     logs = folder / mode
     logs.mkdir(parents=True, exist_ok=True)
     processes: list[subprocess.Popen[bytes]] = []
+    partition: float | None = None
 
     def stop_all() -> None:  # also when a start fails: nothing left on the broker
         for process in reversed(processes):
@@ -434,6 +469,8 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
                                    logs / "cpu-worker.log"))
             args.base_workers = wait_assembly(url, args.start_timeout, processes, ready_file)
             cold = start_workers(args, env, logs, url, processes)
+            partition = wait_partitions(url, args.workers, args.start_timeout, processes)
+            print("PHASE", mode, "realtime_partition_s", json.dumps(partition), flush=True)
         else:
             processes.append(start(["serve", "--port", str(port)], env, logs / "serve.log"))
             cold = wait_ready(url, args.start_timeout, processes)
@@ -441,7 +478,8 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
         voice = httpx.get(f"{url}/v1/audio/voices").json()["voices"][0]["id"]
         client = Client(url, voice, args.frames)
         gpu_workers = processes[2:]
-        result = {"cold_start_s": cold} | (
+        result = {"cold_start_s": cold,
+                  "partition_s": partition} | (
             scale_out(client, args, busy, gpu_workers) if args.scale_out
             else measure(client, args, busy, profiled(args, gpu_workers, logs)))
         if args.recycle and mode == "production":
@@ -537,6 +575,7 @@ def raw_rate(args: argparse.Namespace, in_flight: int, folder: Path) -> dict[str
             found["rate"] = float(json.loads(line[7:])["audio_s_per_wall_s"])
         if line.startswith("RESULT ") and '"tag": "ttfa"' in line:
             found["ttfa_load_ms"] = json.loads(line[7:])["under_load_ms"]
+            found["ttfa_idle_ms"] = json.loads(line[7:])["idle_ms"]
     if "rate" in found:
         return found
     print(log.read_text()[-2000:], file=sys.stderr)
@@ -643,6 +682,10 @@ def phase_rows(mode: str, r: dict[str, Any], args: argparse.Namespace, raw: floa
     sustained = r["sustained"]["rate"]
     rows = [
         [mode, "cold start to ready", f"{r['cold_start_s']:.1f} s", ""],
+        [mode, "then its realtime partition ready",
+         "none" if r.get("partition_s") is None else f"+{r['partition_s']:.1f} s",
+         "sync and streamed speech on the batch engine" if r.get("partition_s") is None
+         else "a second engine for sync and streamed speech"],
         [mode, f"first job ({args.segments} segments)",
          f"{r['first_job']['wall_s']:.1f} s, {r['first_job']['rate']:.1f} audio-s/s",
          f"last segment at {r['first_job']['synthesis_s']:.1f} s; "
@@ -654,11 +697,13 @@ def phase_rows(mode: str, r: dict[str, Any], args: argparse.Namespace, raw: floa
          f"{r['first_job']['rate'] / raw:.3f}" if raw else "not run", ""],
         [mode, f"sustained ÷ raw AsyncOmni at {in_flight}",
          f"{sustained / raw:.3f}" if raw else "not run", f"raw {raw:.1f}" if raw else ""],
-        [mode, "streamed first audio, alone (p50 / p99)", percentiles(r["ttfa_alone"]), ""],
-        [mode, "streamed first audio, saturated (p50 / p99)",
+        [mode, "streamed first audio, alone (p50 / p90 / p99)", percentiles(r["ttfa_alone"]),
+         f"bare engine alone: median {statistics.median(bare['ttfa_idle_ms']):.0f} ms"
+         if bare and bare.get("ttfa_idle_ms") else ""],
+        [mode, "streamed first audio, saturated (p50 / p90 / p99)",
          percentiles(r["ttfa_saturated"]),
-         ("engine full throughout" if r["probes_saturated"]["jobs_still_running"]
-          else "JOBS ENDED BEFORE THE PROBES") + (
+         (f"{r['probes_inside_load']} of {len(r['ttfa_saturated'])} first bytes while the "
+          "jobs still had segments to make") + (
              f"; bare engine under {in_flight}: median "
              f"{statistics.median(bare['ttfa_load_ms']):.0f} ms"
              if bare and bare.get("ttfa_load_ms") else "")],

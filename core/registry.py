@@ -36,6 +36,9 @@ class WorkerRecord:
     models: tuple[ModelInfo, ...]
     at: float
     reason: str = ""  # why a failed worker failed
+    # Its realtime partition (workers/partition.py): "" (none), starting, ready or failed;
+    # a failed one's reason follows a colon.
+    realtime: str = ""
 
     @property
     def ttl(self) -> int:
@@ -52,7 +55,7 @@ class WorkerRecord:
         data = orjson.loads(raw)
         return cls(id=data["id"], state=data["state"], queues=tuple(data["queues"]),
                    models=tuple(_model(m) for m in data["models"]), at=data["at"],
-                   reason=data.get("reason", ""))
+                   reason=data.get("reason", ""), realtime=data.get("realtime", ""))
 
 
 def _model(data: dict[str, Any]) -> ModelInfo:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from workers.engines.engine_process import EngineProcess
+from workers.partition import Partition
 
 # A cold engine start captures CUDA graphs for minutes, and vLLM's imports warn.
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1200), pytest.mark.filterwarnings("default")]
@@ -32,10 +33,38 @@ def test_real_engine_synthesizes_batches_and_streams(monkeypatch: pytest.MonkeyP
 
     engine = get_engine()
     assert isinstance(engine, EngineProcess)  # the worker's default: AsyncOmni in a child
+    partition = None
     try:
         _check(engine)
+        partition = _check_partition(engine)
     finally:
+        if partition is not None:
+            partition.realtime.close()  # type: ignore[attr-defined]
         engine.close()  # else the engine's processes keep the interpreter alive
+
+
+def _check_partition(engine: EngineProcess) -> Partition:
+    """The default realtime partition starts beside the running batch engine on the same
+    GPU (its deploy config's memory shares fit), and streams while the batch engine works."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from workers.engine import realtime_engine, start_partition
+    from workers.engines import SpeechRequest
+
+    partition = start_partition(lambda _engine: None, lambda: None)
+    assert partition is not None
+    partition.join(900)
+    assert partition.state == "ready", partition.reason
+    assert realtime_engine() is partition.realtime
+    voice = engine.info.voices[0].id
+    with ThreadPoolExecutor(1) as pool:
+        batch = pool.submit(engine.synthesize, [SpeechRequest(
+            text=f"Batch {i}.", voice=voice, max_new_tokens=100) for i in range(32)])
+        chunks = list(partition.realtime.stream(SpeechRequest(
+            text="Streamed beside a batch.", voice=voice, realtime=True, max_new_tokens=50)))
+        assert len(batch.result()) == 32
+    assert len(chunks) > 1
+    return partition
 
 
 def _check(engine: EngineProcess) -> None:

@@ -9,6 +9,7 @@ all 6 pool threads for about 18 s; a sync request of 25 frames must still be ans
 well under one segment's time.
 """
 
+import json
 import os
 import signal
 import time
@@ -46,8 +47,11 @@ def gpu_stack(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> It
     tmp = tmp_path_factory.mktemp("gpu-double")
     env = base_env(tmp, database_url, 5) | gpu_double_env() | {
         "NARRATOR_VLLM_MAX_IN_FLIGHT": "4", "NARRATOR_WORKER_THREADS": "6",
-        "NARRATOR_VLLM_WARMUP_TOKENS": "20", "NARRATOR_QUALITY_RETRIES": "0"}
+        "NARRATOR_VLLM_WARMUP_TOKENS": "20", "NARRATOR_QUALITY_RETRIES": "0",
+        "NARRATOR_TEST_OMNI_STEPS": str(tmp / "steps.jsonl")}
     stack = start_stack(tmp, env)
+    wait_for(lambda: "engine.realtime_ready" in stack.worker.output(), 60,
+             "the realtime partition")
     yield stack
     stack.stop()
 
@@ -92,6 +96,58 @@ def test_a_saturated_worker_answers_sync_and_streamed_speech_at_once(gpu_stack: 
         # The request itself takes 0.25 s on the double; behind the batch it took >= 3 s.
         assert max(timings) < SEGMENT_SECONDS * 0.5, timings
         assert wait_job(http, job_id, timeout=120)["status"] == "completed"
+
+
+def test_realtime_requests_run_on_an_engine_that_holds_no_batch_work(gpu_stack: Stack) -> None:
+    """The realtime partition (workers/partition.py): with a job filling the batch engine,
+    every step of every sync and streamed request runs on the second engine (the realtime
+    deploy config), and no step of theirs carries a batch sequence. The double logs each
+    realtime step with the priorities of everything its engine held then."""
+    steps = Path(gpu_stack.env["NARRATOR_TEST_OMNI_STEPS"])
+    with gpu_stack.client() as http:
+        assert http.get("/readyz").json()["workers"]["realtime"]["ready"] == 1
+        job_id = _saturate(http)
+        mark = steps.stat().st_size
+        for stream in (False, True, True):
+            body = {"input": "Mine alone. Nothing else.", "voice": "ryan",
+                    "max_new_tokens": 50, "response_format": "pcm"}
+            if stream:
+                with http.stream("POST", "/v1/audio/speech",
+                                 json=body | {"stream_format": "audio"}) as response:
+                    assert response.status_code == 200
+                    assert len(response.read()) > 0
+            else:
+                assert http.post("/v1/audio/speech", json=body).status_code == 200
+        assert http.get(f"/v1/audio/jobs/{job_id}").json()["status"] == "in_progress"
+        logged = [json.loads(line) for line in steps.read_text()[mark:].splitlines()]
+        assert len({e["request"] for e in logged}) >= 4  # a sync answer in two pieces, 2 streams
+        assert {e["engine"] for e in logged} == {"qwen3_tts_realtime.yaml"}, logged[:3]
+        assert all(set(e["held"]) == {0} for e in logged), logged
+        assert wait_job(http, job_id, timeout=120)["status"] == "completed"
+
+
+def test_without_its_realtime_engine_a_worker_answers_on_the_batch_engine(
+        tmp_path: Path, database_url: str) -> None:
+    """A realtime partition that cannot start (here: its deploy config is missing) leaves
+    the worker ready, says why in /readyz, and sync speech goes to the batch engine."""
+    redis.Redis.from_url(redis_url(14)).flushdb()
+    env = base_env(tmp_path, database_url, 14) | gpu_double_env() | {
+        "NARRATOR_VLLM_REALTIME_DEPLOY_CONFIG": str(tmp_path / "missing.yaml"),
+        "NARRATOR_VLLM_WARMUP_TOKENS": "20", "NARRATOR_VLLM_MAX_IN_FLIGHT": "4"}
+    stack = start_stack(tmp_path, env)
+    try:
+        wait_for(lambda: "engine.realtime_failed" in stack.worker.output(), 60,
+                 "the realtime partition to fail")
+        with stack.client() as http:
+            wait_for(lambda: http.get("/readyz").json()["workers"]["realtime"]["failed"] == 1,
+                     10, "/readyz to count the failed partition")
+            assert http.get("/readyz").json()["workers"]["ready"] == 1
+            response = http.post("/v1/audio/speech", json={
+                "input": "Still here.", "voice": "ryan", "max_new_tokens": 20,
+                "response_format": "wav"})
+            assert response.status_code == 200, response.text
+    finally:
+        stack.stop()
 
 
 def test_as_many_streams_as_realtime_sequences_all_start_at_once(gpu_stack: Stack) -> None:

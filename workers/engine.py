@@ -4,12 +4,15 @@ Here, not in workers/engines/, because building one reaches the database and sto
 reference clips of uploaded voices): the engines themselves never do.
 """
 
+import functools
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from core.catalog import Qwen3Config, catalog, resolve_model_dir
 from workers.engines import Engine
+from workers.partition import Partition
 from workers.settings import get_settings
 from workers.voices import load_reference
 
@@ -17,6 +20,7 @@ if TYPE_CHECKING:
     from workers.engines.vllm_omni import VllmOmniEngine
 
 _LOADING = threading.Lock()
+_partition: Partition | None = None  # set once, by the worker's start (start_partition)
 
 
 def get_engine() -> Engine:
@@ -37,8 +41,10 @@ def loaded_engine() -> Engine | None:
 
 def reset_engine() -> None:
     """Forget the loaded engine (tests and benchmarks that change the settings)."""
+    global _partition
     with _LOADING:
         _load.cache_clear()
+        _partition = None
 
 
 @lru_cache
@@ -62,16 +68,57 @@ def _load() -> Engine:
     raise ValueError(f"no engine for {info.engine!r}")
 
 
-def vllm_from_settings() -> "VllmOmniEngine":
-    """Build the engine NARRATOR_* settings describe (in the worker, or in its engine process)."""
+def vllm_from_settings(realtime: bool = False) -> "VllmOmniEngine":
+    """Build the engine NARRATOR_* settings describe (in the worker, or in its engine process);
+    `realtime`: the realtime partition's (workers/partition.py), never under MPS."""
     from workers.engines.vllm_omni import DEPLOY_DIR, VllmOmniEngine, cache_environment
 
     settings = get_settings()
     cache_environment(settings.cache_dir)
-    deploy = settings.vllm_deploy_config or str(DEPLOY_DIR / "qwen3_tts_narrator.yaml")
+    if realtime:
+        deploy = settings.vllm_realtime_deploy_config or \
+            str(DEPLOY_DIR / "qwen3_tts_realtime.yaml")
+    else:
+        deploy = settings.vllm_deploy_config or str(DEPLOY_DIR / "qwen3_tts_narrator.yaml")
     return VllmOmniEngine(
         catalog(settings)[0], Qwen3Config.load(resolve_model_dir(settings.model)),
-        max_in_flight=settings.vllm_max_in_flight, priority=settings.vllm_priority,
+        max_in_flight=settings.vllm_realtime_sequences if realtime
+        else settings.vllm_max_in_flight, priority=settings.vllm_priority,
         references=load_reference, deploy_config="" if deploy == "default" else deploy,
-        stage_init_timeout=settings.vllm_stage_init_timeout, use_mps=settings.vllm_mps,
-        use_forkserver=settings.vllm_forkserver)
+        stage_init_timeout=settings.vllm_stage_init_timeout,
+        use_mps=settings.vllm_mps and not realtime, use_forkserver=settings.vllm_forkserver)
+
+
+def start_partition(warm: Callable[[Engine], None],
+                    on_change: Callable[[], None]) -> Partition | None:
+    """Start the realtime partition in the background (VLLM_REALTIME_ENGINE), if this
+    worker's engine has one: vLLM-Omni in an engine process. Return it, or None."""
+    global _partition
+    settings = get_settings()
+    batch = get_engine()
+    if not (settings.vllm_realtime_engine and settings.vllm_engine_process
+            and batch.info.engine == "vllm-omni"):
+        return None
+    from workers.engines.engine_process import ADOPT_ENV, EngineProcess
+
+    config = Qwen3Config.load(resolve_model_dir(settings.model))
+    realtime = EngineProcess(
+        batch.info, functools.partial(vllm_from_settings, True),
+        sample_rate=config.sample_rate, max_in_flight=settings.vllm_realtime_sequences,
+        references=load_reference if config.task_type == "Base" else None,
+        start_timeout=settings.vllm_stage_init_timeout * 2, adopt_env=ADOPT_ENV + "_REALTIME")
+    _partition = Partition(batch, realtime, warm, on_change)
+    _partition.start()
+    return _partition
+
+
+def realtime_engine() -> Engine:
+    """Return the engine sync and streamed speech go to: the realtime partition's once it
+    is warm, else the batch engine."""
+    partition = _partition
+    return partition.engine() if partition is not None else get_engine()
+
+
+def partition() -> Partition | None:
+    """Return this worker's realtime partition, if it has one."""
+    return _partition

@@ -104,6 +104,15 @@ class WorkerSettings(CoreSettings):
     vllm_warmup_tokens: int = 100
     # The engine in a child process of its own, away from the worker's GIL (bench.gpu_engine).
     vllm_engine_process: bool = True
+    # The realtime partition (workers/partition.py): a second, small engine of the same
+    # checkpoint on the same GPU, started once the batch engine is warm, that serves only
+    # the realtime lane (sync and streamed speech), so a realtime request's engine steps
+    # never carry batch segments. Until it is warm, or if it fails, the lane uses the batch
+    # engine as before. Needs VLLM_ENGINE_PROCESS and a worker that consumes realtime
+    # queues; its deploy config is VLLM_REALTIME_DEPLOY_CONFIG (default
+    # workers/engines/deploy/qwen3_tts_realtime.yaml: 16 sequences, 0.25 of the GPU).
+    vllm_realtime_engine: bool = True
+    vllm_realtime_deploy_config: str = ""
     cache_dir: str = ""
     result_ttl_hours: float = 0.0
     # Parts stay after a job completes, so a re-render synthesises only what it changes

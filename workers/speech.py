@@ -15,7 +15,7 @@ from core.channel import Channel, Message, channel_for
 from core.lexicon import reader_for
 from core.registry import worker_id
 from core.text import clauses, clean, paragraphs, sentences
-from workers.engine import get_engine
+from workers.engine import realtime_engine
 from workers.engines import Audio, Engine, SpeechRequest
 from workers.settings import get_settings
 
@@ -138,7 +138,7 @@ def stream(payload: dict[str, Any]) -> None:
     started = time.perf_counter()
     sent_at = payload.get("sent_at")  # the API's clock: one host's, in a bench
     try:
-        engine = get_engine()
+        engine = realtime_engine()
         pulse.start(Message("meta", {"sample_rate": engine.sample_rate, "worker": worker_id()}))
         requests = requests_for(payload)
         asked = time.perf_counter()
@@ -170,7 +170,7 @@ def speak(payload: dict[str, Any]) -> None:
     pulse = _pulse(request_id)
     try:
         pulse.start(Message("alive", {"worker": worker_id()}))
-        engine = get_engine()
+        engine = realtime_engine()
         started = time.perf_counter()
         requests = requests_for(payload)
         with tracing.span("engine.synthesize", model=engine.info.id, pieces=len(requests)):

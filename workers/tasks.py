@@ -45,7 +45,7 @@ from core.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
 from storage import STORAGE_ERRORS
 from workers import alignment, pipeline, progressive, reaper, recycle, speech, webhooks
 from workers.app import celery_app
-from workers.engine import get_engine, loaded_engine
+from workers.engine import get_engine, loaded_engine, partition, start_partition
 from workers.engines import Engine, SpeechRequest
 from workers.liveness import Heart, mark_ready
 from workers.realtime import RealtimeLane
@@ -72,8 +72,10 @@ class _Presence:
 
     def publish(self) -> None:
         try:
+            realtime = partition()
             self.registry.publish(WorkerRecord(self.id, self.state, self.queues, self.models,
-                                               time.time(), self.reason))
+                                               time.time(), self.reason,
+                                               realtime.status if realtime else ""))
         except Exception:  # the registry is advisory: never let it stop the worker
             log.warning("worker.registry_failed", worker=self.id, exc_info=True)
 
@@ -154,9 +156,24 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
     if served := getattr(engine, "served_before", 0):  # a recycle adopted a warm engine
         log.info("engine.warm_up_skipped", served=served)
         return
+    _warm(engine, settings, settings.vllm_warmup_batch or settings.vllm_max_in_flight,
+          realtime=False)
+
+
+def warm_up_realtime(engine: Engine, settings: WorkerSettings) -> None:
+    """Warm the realtime partition (workers/partition.py): VLLM_REALTIME_SEQUENCES whole
+    answers and as many streamed ones at once, every batch size its deploy config has."""
+    if served := getattr(engine, "served_before", 0):  # a recycle adopted it, warm
+        log.info("engine.warm_up_skipped", served=served, partition="realtime")
+        return
+    _warm(engine, settings, settings.vllm_realtime_sequences, realtime=True)
+
+
+def _warm(engine: Engine, settings: WorkerSettings, batch: int, realtime: bool) -> None:
+    """Run `batch` whole requests and VLLM_REALTIME_SEQUENCES streamed ones at once."""
+    voice = engine.info.voices[0].id
     request = SpeechRequest(text=WARM_UP_TEXT, voice=voice,
-                            max_new_tokens=settings.vllm_warmup_tokens)
-    batch = settings.vllm_warmup_batch or settings.vllm_max_in_flight
+                            max_new_tokens=settings.vllm_warmup_tokens, realtime=realtime)
     streams = settings.vllm_realtime_sequences
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1 + streams, thread_name_prefix="warm-up") as pool:
@@ -167,7 +184,7 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
             for n in range(streams)]
         for future in [whole, *streamed]:
             future.result()
-    log.info("engine.warmed_up", batch=batch, streams=streams,
+    log.info("engine.warmed_up", batch=batch, streams=streams, realtime=realtime,
              frames=settings.vllm_warmup_tokens, seconds=round(time.perf_counter() - started, 1))
 
 
@@ -231,6 +248,8 @@ def _warm_engine(**_: Any) -> None:
         _lane = RealtimeLane(celery_app.connection_for_read(), lane_queues,
                              settings.realtime_lane_threads, speech.speak)
         _lane.start()
+        if engine is not None:  # the lane gets an engine of its own once it is warm
+            start_partition(lambda e: warm_up_realtime(e, settings), _presence.publish)
     if engine is not None:
         log.info("engine.ready", engine=engine.info.engine, model=engine.info.id)
     else:
@@ -280,9 +299,21 @@ def _hand_back_after(grace: float) -> None:
 
 def _detach_engine() -> None:
     """Leave the engine's child running for the recycled image, which adopts it."""
-    detach = getattr(loaded_engine(), "detach", None)
-    if detach is not None:
-        detach()
+    for engine in _engines():
+        detach = getattr(engine, "detach", None)
+        if detach is not None:
+            detach()
+
+
+def _engines() -> list[Engine]:
+    """Return the engines this worker has loaded: its own, then its realtime partition's
+    (not while that one is still starting: its start holds the engine's lock, and its child
+    ends by itself once this process has gone)."""
+    engines = [e for e in (loaded_engine(),) if e is not None]
+    realtime = partition()
+    if realtime is not None and realtime.state != "starting":
+        engines.append(realtime.realtime)
+    return engines
 
 
 @worker_shutdown.connect
@@ -302,9 +333,10 @@ def _leave(finish: bool = True, **_: Any) -> None:
                 _presence.registry.remove(_presence.id)
     if finish and _recycler is not None and _recycler.due:
         _detach_engine()  # the next image of this process takes it over
-    close = getattr(loaded_engine(), "close", None) if finish else None
-    if close is not None:  # stop its GPU processes with the worker (after a detach: nothing)
-        close()
+    for engine in _engines() if finish else []:
+        close = getattr(engine, "close", None)
+        if close is not None:  # stop its GPU processes with the worker (after a detach: none)
+            close()
     if _heart is not None:  # after the pool has finished its tasks: this worker holds none
         _heart.stop()
 

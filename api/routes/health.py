@@ -48,6 +48,9 @@ async def readyz(state: StateDep) -> Json:
         "ready": sum(w.state == "ready" for w in workers),
         "warming": sum(w.state == "warming" for w in workers),
         "failed": [{"worker": w.id, "reason": w.reason} for w in workers if w.state == "failed"],
+        # Realtime partitions: a second engine per GPU worker for sync and streamed speech.
+        "realtime": {state: sum(w.realtime.split(":")[0] == state for w in workers)
+                     for state in ("ready", "starting", "failed")},
     }
     if not failing:
         return Json({"status": "ok", "checks": checks, "workers": summary})

@@ -86,18 +86,21 @@ class SlowOmni(FakeOmni):
     """FakeOmni that takes `seconds_per_frame` per frame, as a GPU step would: a streamed
     request's chunks come as their frames are made, a whole one's audio at its end.
 
-    `peak` is the most requests it has held at once (the engine's batch size).
+    `peak` is the most requests it has held at once (the engine's batch size); `held` maps
+    the request ids it holds now to their priorities (what a step of it carries).
     """
 
     def __init__(self, shape: str = "chunks", seconds_per_frame: float = 0.002) -> None:
         super().__init__(shape)
         self.seconds_per_frame = seconds_per_frame
         self.running = self.peak = 0
+        self.held: dict[str, int] = {}
 
     async def generate(self, prompt: dict[str, Any], request_id: str,
                        sampling_params_list: list[Any], priority: int) -> AsyncIterator[Any]:
         self.running += 1  # on the engine's one event loop: no lock needed
         self.peak = max(self.peak, self.running)
+        self.held[request_id] = priority
         frames, made = sampling_params_list[0].max_tokens, 0
         whole = sampling_params_list[0].output_kind is OutputKind.FINAL_ONLY
         try:
@@ -107,6 +110,11 @@ class SlowOmni(FakeOmni):
                     step = frames - made if whole else min(25, frames - made)
                     await asyncio.sleep(step * self.seconds_per_frame)
                     made += step
+                    self.stepped(request_id)
                 yield item
         finally:
             self.running -= 1
+            del self.held[request_id]
+
+    def stepped(self, request_id: str) -> None:
+        """Called after each of a request's steps (chunks); the worker's double logs them."""

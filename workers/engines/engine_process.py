@@ -271,8 +271,9 @@ class EngineProcess:
 
     def __init__(self, info: ModelInfo, build: Build, *, sample_rate: int,
                  max_in_flight: int = 64, references: References | None = None,
-                 start_timeout: float = 1800) -> None:
+                 start_timeout: float = 1800, adopt_env: str = ADOPT_ENV) -> None:
         self.info = info
+        self._adopt_env = adopt_env  # one variable per engine a worker holds
         self._build = build
         self._sample_rate = sample_rate
         self._references = references or (lambda _voice: None)
@@ -299,6 +300,16 @@ class EngineProcess:
         """Return the model's sample rate."""
         return self._sample_rate
 
+    @property
+    def running(self) -> bool:
+        """Say whether the child is up with its engine started (never starts it)."""
+        with self._lock:
+            process = self._process
+        if process is None:
+            return False
+        with self._reaping:
+            return bool(process.is_alive())
+
     def start(self) -> None:
         """Start the child and its engine, once; again if it has died. The first start of
         a recycled worker's new image adopts the engine its previous image detached."""
@@ -307,7 +318,7 @@ class EngineProcess:
                 with self._reaping:
                     if self._process.is_alive():
                         return
-            adopt = os.environ.pop(ADOPT_ENV, "")
+            adopt = os.environ.pop(self._adopt_env, "")
             if adopt and self._adopt(adopt):
                 return
             self._spawn()
@@ -468,7 +479,7 @@ class EngineProcess:
             return  # the child is gone: the next image starts a new one
         if self._receiver is not None:  # the child closes its end once it has detached
             self._receiver.join(60)
-        os.environ[ADOPT_ENV] = f"{process.pid}:{self._authkey.hex()}:{self._address}"
+        os.environ[self._adopt_env] = f"{process.pid}:{self._authkey.hex()}:{self._address}"
         for call in lost:
             call.future.set_exception(EngineProcessError("the worker is recycling"))
         log.info("engine.process_detached", model=self.info.id, pid=process.pid,
