@@ -5,6 +5,7 @@
 
 import importlib.util
 import os
+import time
 
 import numpy as np
 import pytest
@@ -55,11 +56,14 @@ def _check_partition(engine: EngineProcess) -> Partition:
     assert partition is not None
     partition.join(900)
     assert partition.state == "ready", partition.reason
-    assert realtime_engine() is partition.realtime
+    assert realtime_engine() is engine  # the batch engine is idle: it answers first
     voice = engine.info.voices[0].id
     with ThreadPoolExecutor(1) as pool:
         batch = pool.submit(engine.synthesize, [SpeechRequest(
             text=f"Batch {i}.", voice=voice, max_new_tokens=100) for i in range(32)])
+        while not engine.batch_in_flight:
+            time.sleep(0.01)
+        assert realtime_engine() is partition.realtime  # the batch engine is busy
         chunks = list(partition.realtime.stream(SpeechRequest(
             text="Streamed beside a batch.", voice=voice, realtime=True, max_new_tokens=50)))
         assert len(batch.result()) == 32

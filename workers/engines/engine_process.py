@@ -278,6 +278,7 @@ class EngineProcess:
         self._sample_rate = sample_rate
         self._references = references or (lambda _voice: None)
         self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._max_in_flight = max_in_flight
         self._start_timeout = start_timeout
         self._lock = threading.Lock()  # starts, stops and sends
         # One thread at a time waits on the child: two waitpid() calls race, and the loser
@@ -299,6 +300,11 @@ class EngineProcess:
     def sample_rate(self) -> int:
         """Return the model's sample rate."""
         return self._sample_rate
+
+    @property
+    def batch_in_flight(self) -> int:
+        """Return how many batch requests hold engine slots now (realtime ones hold none)."""
+        return self._max_in_flight - self._slots._value
 
     @property
     def running(self) -> bool:
