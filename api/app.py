@@ -6,6 +6,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import errors
+from api.body import BodyLimit
 from api.catalogue import Catalogue
 from api.enqueue import Planner
 from api.limits import RateLimiter
@@ -62,6 +63,8 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                    lexicons.router, catalog.router, health.router, metrics.router, web.router):
         app.include_router(router)
     app.mount("/web", web.assets, name="web")
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,
+                       read_seconds=settings.request_body_seconds)
     app.add_middleware(Observability)
     tracing.instrument_app(app)
     return app

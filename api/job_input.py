@@ -22,7 +22,7 @@ from core.catalog import ModelInfo, VoiceInfo
 from core.epub import BadEpub
 from core.epub import chapters as epub_chapters
 from core.markdown import chapters as markdown_chapters
-from core.text import speakers
+from core.text import MAX_MARKED_SILENCE_SECONDS, MAX_PAUSE_SECONDS, PAUSE, speakers
 
 
 def chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, Any]]:
@@ -60,6 +60,34 @@ def chapters(body: JobBody, limit: int, max_chapters: int) -> list[dict[str, Any
         raise bad_request(f"chapters: {total} characters in all is over the limit of {limit}",
                           "chapters", "input_too_long")
     return chapters
+
+
+INLINE_CHARS = 20_000  # bodies with more text than this are read in a worker thread
+
+
+def body_chars(body: JobBody) -> int:
+    """Return how many characters of text a job body carries."""
+    return len(body.input or "") + sum(len(c.input) for c in body.chapters or ())
+
+
+def text_of(body: JobBody, model: ModelInfo, own: list[VoiceInfo], limit: int,
+            max_chapters: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Return a job body's chapters and voices (`chapters`, `cast`), with its marked silence
+    checked: what costs CPU in proportion to the text, for a worker thread when long."""
+    found = chapters(body, limit, max_chapters)
+    check_silence(found)
+    return found, cast(body, found, model, own)
+
+
+def check_silence(chapters: list[dict[str, Any]]) -> None:
+    """A 400 if the chapters' `[pause:Ns]` marks ask for more silence than a job may have."""
+    asked = sum(min(float(m.group(1)), MAX_PAUSE_SECONDS)
+                for c in chapters for m in PAUSE.finditer(c["input"]))
+    if asked > MAX_MARKED_SILENCE_SECONDS:
+        raise bad_request(f"input: its [pause:Ns] marks ask for {asked:.0f} s of silence; a "
+                          f"job may have at most {MAX_MARKED_SILENCE_SECONDS:.0f} s "
+                          f"(and {MAX_PAUSE_SECONDS:.0f} s in one place)", "input",
+                          "too_much_silence")
 
 
 def cast(body: JobBody, chapters: list[dict[str, Any]], model: ModelInfo,

@@ -1,19 +1,14 @@
-"""Per-key limits: requests per minute, active jobs, characters per day (429 + Retry-After).
+"""Per-key request rates (429 + Retry-After); the job caps are api/quota.py.
 
 The request rate is counted in Redis when the broker is Redis, so every API process and
 replica shares one count per key (a fixed one-minute window: INCR, then EXPIRE); in embedded
-mode, in this process. Job caps are read from the job table at submit.
+mode, in this process.
 """
 
 import time
-from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from api.errors import ApiError
-from models import ACTIVE, Job, utcnow
 
 WINDOW_SECONDS = 60
 
@@ -58,24 +53,3 @@ class RateLimiter:
         """Close the Redis connection, if any."""
         if self._redis is not None:
             await self._redis.aclose()
-
-
-async def check_job_caps(session: AsyncSession, owner: str, chars: int, max_active: int,
-                         max_chars_per_day: int, jobs: int = 1) -> None:
-    """Raise a 429 if `jobs` new jobs of `chars` characters in all would pass the key's
-    caps."""
-    if max_active:
-        active = await session.scalar(select(func.count()).select_from(Job).where(
-            Job.owner == owner, Job.status.in_(ACTIVE)))
-        if (active or 0) + jobs > max_active:
-            raise too_many(f"this key already has {active} jobs queued or in progress "
-                           f"(limit {max_active}); wait for one to finish",
-                           "too_many_active_jobs", 30)
-    if max_chars_per_day:
-        since = utcnow() - timedelta(days=1)
-        used = await session.scalar(select(func.coalesce(func.sum(Job.input_characters), 0))
-                                    .where(Job.owner == owner, Job.created_at > since))
-        if (used or 0) + chars > max_chars_per_day:
-            raise too_many(f"daily character quota: {used} of {max_chars_per_day} characters "
-                           f"used in the last 24 hours, this job needs {chars}",
-                           "daily_quota_exceeded", 3600)

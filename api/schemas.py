@@ -14,6 +14,7 @@ from pydantic import (
 )
 
 from api.settings import get_settings
+from api.values import check_metadata, check_storable
 from core import lexicon
 from core.catalog import ALIGNER_LANGUAGES, RECOGNIZER_LANGUAGES
 
@@ -23,6 +24,17 @@ Subtitle = Literal["srt", "vtt", "words"]  # words: JSON word times (English, al
 # The recognition check (English): "flag" hears each segment back and flags the misheard ones;
 # "retry" also synthesises those again with new seeds, up to QUALITY_RETRIES, keeping the best.
 Verify = Literal["off", "flag", "retry"]
+
+
+class StorableBody(BaseModel):
+    """A request body whose values every database stores as sent (api/values.py): checked
+    once, on the raw data of the whole body."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        check_storable(data)  # an ApiError (400) passes through pydantic as it is
+        return data
 
 
 class VoiceRef(BaseModel):
@@ -60,7 +72,7 @@ class SpeechFields(BaseModel):
         return {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
 
 
-class SpeechBody(SpeechFields):
+class SpeechBody(SpeechFields, StorableBody):
     """`POST /v1/audio/speech`."""
 
     input: StrictStr
@@ -90,7 +102,7 @@ class Book(BaseModel):
     description: Annotated[StrictStr, Field(min_length=1, max_length=4000)] | None = None
 
 
-class JobBody(SpeechFields):
+class JobBody(SpeechFields, StorableBody):
     """`POST /v1/audio/jobs`: `input` or `chapters`, plus delivery options."""
 
     response_format: JobFormat = "mp3"
@@ -102,7 +114,7 @@ class JobBody(SpeechFields):
     webhook_url: Annotated[StrictStr, Field(max_length=2048)] | None = None
     subtitles: list[Subtitle] = Field(default_factory=list)
     verify: Verify = "off"
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)  # returned as sent (check_metadata)
     book: Book | None = None
     # A voice per chapter by index ("0", "1", ...), however the chapters were given (JSON,
     # Markdown or EPUB); over chapters[].voice.
@@ -118,6 +130,11 @@ class JobBody(SpeechFields):
     mastering: Literal["none", "acx"] = "none"
     # A JPEG or PNG cover, base64 (or a multipart `cover` file); m4b and MP3 carry it.
     cover: Annotated[StrictStr, Field(max_length=8 * 1024 * 1024)] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _small(cls, metadata: dict[str, Any]) -> dict[str, Any]:
+        return check_metadata(metadata)
 
     @model_validator(mode="after")
     def _consistent(self) -> "JobBody":
@@ -144,7 +161,7 @@ class SegmentRange(BaseModel):
     last: Annotated[StrictInt, Field(ge=0, alias="to")]
 
 
-class RerenderBody(BaseModel):
+class RerenderBody(StorableBody):
     """`POST /v1/audio/jobs/{id}/rerender`: which part to synthesise again, and how."""
 
     model_config = ConfigDict(extra="forbid")
@@ -202,7 +219,7 @@ class LexiconEntry(BaseModel):
         return self
 
 
-class LexiconBody(BaseModel):
+class LexiconBody(StorableBody):
     """`POST /v1/audio/lexicons` and `PUT /v1/audio/lexicons/{id}`."""
 
     model_config = ConfigDict(extra="forbid")

@@ -12,7 +12,9 @@ class ApiSettings(CoreSettings):
     sync_max_chars: int = 4096
     job_max_chars: int = 2_000_000
     max_chapters: int = 1000
-    max_body_bytes: int = 32 * 1024 * 1024
+    max_body_bytes: int = 32 * 1024 * 1024  # every route (api/body.py)
+    request_header_seconds: float = 10.0  # a request's head must arrive within this
+    request_body_seconds: float = 120.0  # its body within this of the first read (408)
     # Where jobs may deliver with `output_url`: comma-separated s3://bucket/prefix/ entries.
     output_url_prefixes: str = ""
     # Per key (0: off): requests per minute, jobs queued or running, job characters per 24 h.

@@ -5,6 +5,8 @@ from api.schemas import SpeechFields
 from core.catalog import ModelInfo, VoiceInfo, speaks
 from core.text import clean, speakable, strip_pauses
 
+RAW_FACTOR = 4  # a text longer than this times its limit is refused before it is cleaned
+
 
 def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...],
             uploaded: list[VoiceInfo] | None = None) -> tuple[ModelInfo, VoiceInfo]:
@@ -49,10 +51,15 @@ def find_voice(model: ModelInfo, own: list[VoiceInfo], voice_id: str) -> VoiceIn
 
 
 def text_field(text: str, param: str, limit: int, hint: str = "") -> str:
-    """Clean `text` and check it is speakable and within `limit` characters."""
-    cleaned = clean(text).strip()
+    """Clean `text` and check it is speakable and within `limit` characters (its raw length
+    first: cleaning drops characters, but never takes a text to a quarter of its length
+    unless most of it is control characters)."""
     if not text.strip():
         raise bad_request(f"{param}: must not be empty", param, "empty_input")
+    if len(text) > RAW_FACTOR * limit:
+        raise bad_request(f"{param}: {len(text)} characters is over the limit of {limit}"
+                          + (f"; {hint}" if hint else ""), param, "input_too_long")
+    cleaned = clean(text).strip()
     if not speakable(strip_pauses(cleaned)):
         raise bad_request(f"{param}: has nothing to speak (only control characters, "
                           "punctuation or whitespace)", param, "empty_input")

@@ -20,7 +20,9 @@ _PUNCTUATION = str.maketrans({
     "\u00ab": '"', "\u00bb": '"', "\u2026": "...", "\u00a0": " ", "\u202f": " ",
     "\u2009": " ", "\u2012": "-", "\u2010": "-", "\u2011": "-", "\u2212": "-",
 })
-_DASH = re.compile(r"\s*[\u2014\u2015]\s*|\s+[\u2013-]\s+")  # an em dash, or a spaced dash
+# An em dash, or a spaced dash. A match starts only where a run of spaces starts: started
+# inside one, it rescanned the run to its end at every space (quadratic on long runs).
+_DASH = re.compile(r"(?<!\s)\s*[\u2014\u2015]\s*|(?<!\s)\s+[\u2013-]\s+")
 _RANGE = re.compile(r"(?<=\d)\s*\u2013\s*(?=\d)")  # 1990–1995
 _SPACES = re.compile(r"[ \t]+")
 
@@ -64,6 +66,13 @@ def _lang(language: str | None) -> str | None:
     return None
 
 
+MAX_DIGITS = 15  # a longer number is read digit by digit (num2words overflows past ~10**30)
+
+
+def _spelled(digits: str, lang: str) -> str:
+    return " ".join(str(num2words(int(d), lang=lang)) for d in digits)
+
+
 def _year(n: int) -> str:
     return str(num2words(n, lang="en", to="year"))
 
@@ -72,22 +81,29 @@ def _ordinal(n: int) -> str:
     return str(num2words(n, lang="en", to="ordinal"))
 
 
+def _ordinal_of(digits: str) -> str:
+    return _ordinal(int(digits)) if len(digits) <= MAX_DIGITS else _spelled(digits, "en")
+
+
 def _cardinal(text: str, lang: str) -> str:
+    digits = text.replace(",", "")
+    if len(digits) > MAX_DIGITS:
+        return _spelled(digits, lang)
     # num2words writes "one thousand, two hundred": the comma would be read as a pause
-    return str(num2words(int(text.replace(",", "")), lang=lang)).replace(",", "")
+    return str(num2words(int(digits), lang=lang)).replace(",", "")
 
 
 def _decimal(text: str, lang: str) -> str:
     whole, _, fraction = text.replace(",", "").partition(".")
-    digits = " ".join(str(num2words(int(d), lang=lang)) for d in fraction)
+    digits = _spelled(fraction, lang)
     point = str(num2words(0.5, lang=lang)).split()[1] if lang == "en" else "point"
-    return f"{num2words(int(whole), lang=lang)} {point} {digits}"
+    return f"{_cardinal(whole, lang)} {point} {digits}"
 
 
 def _money(m: re.Match[str]) -> str:
     amount = m["amount"].replace(",", "")
     scale = f" {m['scale']}" if m["scale"] else ""
-    if scale or "." not in amount:
+    if scale or "." not in amount or len(amount) > MAX_DIGITS:
         number = _decimal(amount, "en") if "." in amount else _cardinal(amount, "en")
         unit = {"USD": "dollars", "EUR": "euros", "GBP": "pounds"}[_CURRENCIES[m["symbol"]]]
         if number == "one" and not scale:
@@ -142,14 +158,14 @@ _ENGLISH: list[Rule] = [
                 r"(?:,? (?P<y>\d{4})\b)?"), _date_dmy),
     (re.compile(r"\b(1[1-9]\d\d|20\d\d)-(1[1-9]\d\d|20\d\d)\b"),  # 1990-1995
      lambda m: f"{_year(int(m[1]))} to {_year(int(m[2]))}"),
-    (re.compile(r"(?<![\w.])\d{2,}(?:-\d{2,})+(?!\w|\.\d)"),  # 555-1234: digit by digit
+    (re.compile(r"(?<![\w.-])\d{2,}(?:-\d{2,})+(?!\w|\.\d)"),  # 555-1234: digit by digit
      lambda m: ", ".join(" ".join(_cardinal(d, "en") for d in group)
                          for group in m[0].split("-"))),
     (re.compile(r"\b(?P<h>\d{1,2}):(?P<m>\d{2})\b(?:\s?(?P<ampm>[ap]\.?m)(?![a-z]))?",
                 re.IGNORECASE), _time),
     (re.compile(r"(?P<symbol>[$\u20ac\u00a3])\s?(?P<amount>\d[\d,]*(?:\.\d+)?)"
                 r"(?:\s?(?P<scale>thousand|million|billion|trillion)\b)?"), _money),
-    (re.compile(r"\b(\d+)(?:st|nd|rd|th)\b"), lambda m: _ordinal(int(m[1]))),
+    (re.compile(r"\b(\d+)(?:st|nd|rd|th)\b"), lambda m: _ordinal_of(m[1])),
     (re.compile(r"\b(1[1-9]\d\d|20\d\d)s\b"),  # the 1990s
      lambda m: _year(int(m[1]))[:-1] + "ies" if _year(int(m[1])).endswith("y")
      else _year(int(m[1])) + "s"),
@@ -167,7 +183,7 @@ def _abbreviations(text: str) -> str:
 
 
 def _numbers(text: str, lang: str) -> str:
-    text = re.sub(r"(\d+(?:[.,]\d+)?)\s?%", lambda m: f"{m[1]} percent", text)
+    text = re.sub(r"(?<!\d)(\d+(?:[.,]\d+)?)\s?%", lambda m: f"{m[1]} percent", text)
     text = re.sub(r"(?<![\d.])\d+(?:\.\d+){2,}(?![\d])",  # a version: 2.0.1
                   lambda m: " point ".join(_cardinal(d, lang) for d in m[0].split(".")), text)
     text = re.sub(r"(?<![\d.])(\d{1,3}(?:,\d{3})+|\d+)\.(\d+)(?![\d.])",

@@ -1,6 +1,7 @@
 """Text processing: clean, split into sentences (pysbd) and pack into segments."""
 
 import re
+import sys
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -20,8 +21,36 @@ def _letters(text: str) -> str:
     return _SPACES.sub("", text)
 
 
+# Unicode's stream-safe limit (UAX #15): a run of more than 30 combining marks is cut to 30
+# before normalising. Canonical ordering sorts each run, so an uncut run of 60,000 marks took
+# 2.4 s per 40,000 in NFC, and hours at the job limit.
+MAX_COMBINING_RUN = 30
+
+
+@lru_cache
+def _combining_runs() -> re.Pattern[str]:
+    """Return a pattern for runs of more than MAX_COMBINING_RUN combining marks (built on
+    first use: listing the marks takes about 50 ms)."""
+    marks = [c for c in range(sys.maxunicode + 1) if unicodedata.combining(chr(c))]
+    ranges: list[list[int]] = []
+    for c in marks:
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+    cls = "[" + "".join(re.escape(chr(a)) + (f"-{re.escape(chr(b))}" if b > a else "")
+                        for a, b in ranges) + "]"
+    return re.compile(f"({cls}{{{MAX_COMBINING_RUN}}}){cls}+")
+
+
+def _spoken_letters(text: str) -> str:
+    """Return the text's letters and digits: what a plan must keep, in order."""
+    return "".join(ch for ch in text if ch.isalnum())
+
+
 def clean(text: str) -> str:
     """Normalise Unicode (NFC), drop control characters and unify line endings."""
+    text = _combining_runs().sub(r"\1", text)
     text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n")
     return _CONTROL.sub("", text).replace("\t", " ")
 
@@ -131,13 +160,15 @@ class Gaps:
 
 
 PAUSE = re.compile(r"\[pause:\s*(\d+(?:\.\d+)?)\s*s\]", re.IGNORECASE)
-MAX_PAUSE_SECONDS = 30.0
+MAX_PAUSE_SECONDS = 30.0  # one gap's silence, however many marks it holds
+MAX_MARKED_SILENCE_SECONDS = 3600.0  # a job's silence from marks, all gaps together
 
 
 # `[voice:alice]` speaks what follows in the cast's voice for alice, up to the next mark or the
 # chapter's end; `[voice]` goes back to the chapter's voice. `\[voice:...]` is text, said
-# without its backslash.
-VOICE = re.compile(r"(?<!\\)\[voice(?::\s*([^\]\[]*?))?\s*\]", re.IGNORECASE)
+# without its backslash. The name is taken whole and stripped in code: a name's class and
+# the spaces around it must not overlap in the pattern (that backtracked in cubic time).
+VOICE = re.compile(r"(?<!\\)\[voice(?::([^\]\[]*)|\s*)\]", re.IGNORECASE)
 _ESCAPED_VOICE = re.compile(r"\\(?=\[voice\b)", re.IGNORECASE)
 MARKS = re.compile(f"{PAUSE.pattern}|{VOICE.pattern}", re.IGNORECASE)
 
@@ -189,19 +220,28 @@ class _Draft:
     gap: float = 0.0  # the largest structural gap after it (segment, paragraph, chapter)
     marks: list[float] = field(default_factory=list)  # inline [pause:Ns] marks after it
 
-    def pause(self) -> float:
-        """Marks win over structure: their sum, else the structural gap."""
-        return sum(self.marks) if self.marks else self.gap
+    def pause(self, budget: list[float]) -> float:
+        """Marks win over structure: their sum (at most MAX_PAUSE_SECONDS, and what is left
+        of the job's `budget` of marked silence), else the structural gap."""
+        if not self.marks or budget[0] <= 0:
+            return self.gap
+        marked = min(sum(self.marks), MAX_PAUSE_SECONDS, budget[0])
+        budget[0] -= marked
+        return marked
 
 
 def plan_pieces(chapters: list[str], limit: int, gaps: Gaps,
                 language: str = "en") -> Iterator[Piece]:
     """Yield the segments of a job: chapters, then paragraphs, then packed sentences.
 
-    The silence after a piece is the inline `[pause:Ns]` marks that follow it (summed), or
-    else the largest structural gap that follows it (segment, paragraph or chapter). A
-    `[voice:name]` mark ends the piece before it: a piece has one speaker.
+    The silence after a piece is the inline `[pause:Ns]` marks that follow it (summed, at
+    most MAX_PAUSE_SECONDS, and MAX_MARKED_SILENCE_SECONDS for the job), or else the largest
+    structural gap that follows it (segment, paragraph or chapter). A `[voice:name]` mark
+    ends the piece before it: a piece has one speaker. Text with nothing to say (no letter
+    or digit: "...", a dash, "* * *") is silence, never a piece: a paragraph of it is a
+    scene break (the chapter gap after the piece before it), a piece of it a paragraph gap.
     """
+    budget = [MAX_MARKED_SILENCE_SECONDS]
     for number, text in enumerate(chapters):
         drafts: list[_Draft] = []
         adjacent = False  # the next piece follows the last one directly: a segment gap
@@ -210,9 +250,17 @@ def plan_pieces(chapters: list[str], limit: int, gaps: Gaps,
             if n and drafts:
                 drafts[-1].gap = max(drafts[-1].gap, gaps.paragraph)
                 adjacent = False
+            if not speakable(paragraph) and not MARKS.search(paragraph):
+                if drafts:  # a scene break
+                    drafts[-1].gap = max(drafts[-1].gap, gaps.chapter)
+                continue
             for part, pause, switch in _parts(paragraph):
                 for piece in pack(sentences(part.strip(), language), limit) if part.strip() \
                         else ():
+                    if not speakable(piece):
+                        if drafts:
+                            drafts[-1].gap = max(drafts[-1].gap, gaps.paragraph)
+                        continue
                     if adjacent:
                         drafts[-1].gap = max(drafts[-1].gap, gaps.segment)
                     drafts.append(_Draft(piece, speaker))
@@ -226,7 +274,7 @@ def plan_pieces(chapters: list[str], limit: int, gaps: Gaps,
         if drafts:
             drafts[-1].gap = max(drafts[-1].gap, gaps.chapter)
         for draft in drafts:
-            yield Piece(number, draft.text, draft.pause(), draft.speaker)
+            yield Piece(number, draft.text, draft.pause(budget), draft.speaker)
 
 
 class IncompletePlan(ValueError):
@@ -236,16 +284,17 @@ class IncompletePlan(ValueError):
 def check_plan(chapters: list[str], pieces: list[Piece]) -> dict[str, int]:
     """Check that the pieces hold every chapter's text, whole and in order.
 
-    Whitespace, `[pause:Ns]` and `[voice:name]` marks aside, the pieces of each chapter must
-    spell its text exactly. Return what was checked (for the manifest); raise IncompletePlan
-    at the first gap.
+    The letters and digits of each chapter, `[pause:Ns]` and `[voice:name]` marks aside,
+    must be the pieces' letters and digits exactly (punctuation with nothing to say becomes
+    silence). Return what was checked (for the manifest); raise IncompletePlan at the first
+    gap.
     """
     if any(b.chapter < a.chapter for a, b in pairwise(pieces)):
         raise IncompletePlan("the planned segments are out of chapter order")
     characters = 0
     for number, text in enumerate(chapters):
-        expected = "".join(_letters(strip_pauses(p)) for p in paragraphs(clean(text)))
-        got = "".join(_letters(p.text) for p in pieces if p.chapter == number)
+        expected = "".join(_spoken_letters(strip_pauses(p)) for p in paragraphs(clean(text)))
+        got = "".join(_spoken_letters(p.text) for p in pieces if p.chapter == number)
         if got != expected:
             at = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b),
                       min(len(got), len(expected)))

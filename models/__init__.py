@@ -4,9 +4,10 @@ from models.api_key import ApiKey
 from models.base import Base, utcnow, uuid7
 from models.job import ACTIVE, Job, JobEvent, JobStatus, Segment, SegmentStatus, Voice
 from models.lexicon import Lexicon
+from models.usage import Charge, KeyLock
 from models.worker import WorkerBeat
 
 __all__ = [
-    "ACTIVE", "ApiKey", "Base", "Job", "JobEvent", "JobStatus", "Lexicon", "Segment",
-    "SegmentStatus", "Voice", "WorkerBeat", "utcnow", "uuid7",
+    "ACTIVE", "ApiKey", "Base", "Charge", "Job", "JobEvent", "JobStatus", "KeyLock", "Lexicon",
+    "Segment", "SegmentStatus", "Voice", "WorkerBeat", "utcnow", "uuid7",
 ]

@@ -145,7 +145,10 @@ def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
                     "--port", str(port), "--reuse-port"], workers)
         return
     _settle_gc()
-    options: dict[str, Any] = {"factory": True, "log_level": "warning", "access_log": False}
+    from api.http_protocol import HeadDeadline
+
+    options: dict[str, Any] = {"factory": True, "log_level": "warning", "access_log": False,
+                               "http": HeadDeadline}
     if not reuse_port:
         # app_dir: the installed packages, not the working directory (a ./models folder
         # there must not shadow ours).

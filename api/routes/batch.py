@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from starlette.datastructures import UploadFile
 
 from api.errors import ApiError, Json, bad_request, unavailable
-from api.limits import check_job_caps
+from api.quota import reserve
 from api.routes.jobs import COLUMN_KEYS, INSERT_JOB, Shared, job_values
 from api.schemas import JobBody
 from api.state import OwnerDep, SessionDep, StateDep
@@ -66,11 +66,10 @@ async def create_batch(request: Request, state: StateDep, session: SessionDep, o
         replayed = await _replay(session, owner, idempotency_key, len(rows), digest)
         if replayed is not None:
             return replayed
-    await check_job_caps(session, owner, sum(r["input_characters"] for r in rows),
-                         state.settings.max_active_jobs_per_key,
-                         state.settings.max_chars_per_day_per_key, jobs=len(rows))
     columns = [{COLUMN_KEYS[k]: v for k, v in row.items()} for row in rows]
     try:
+        await reserve(session, owner, state.settings, sum(r["input_characters"] for r in rows),
+                      jobs=len(rows))
         connection = await session.connection()
         for start in range(0, len(columns), CHUNK):
             await connection.execute(INSERT_JOB, columns[start:start + CHUNK])
@@ -101,12 +100,7 @@ async def _raw(request: Request, max_bytes: int) -> bytes:
             raise bad_request("file: upload the jobs as a JSONL 'file'", "file", "invalid_value")
         data = await upload.read(max_bytes + 1)
     else:
-        buffer = bytearray()
-        async for chunk in request.stream():
-            buffer += chunk
-            if len(buffer) > max_bytes:
-                break
-        data = bytes(buffer)
+        data = await request.body()  # api/body.py holds it to MAX_BODY_BYTES
     if len(data) > max_bytes:
         raise ApiError(413, f"the batch is over {max_bytes} bytes", code="body_too_large")
     return data

@@ -18,7 +18,7 @@ from starlette.concurrency import iterate_in_threadpool
 
 from api import job_input
 from api.errors import ApiError, Json, bad_request, not_found, unavailable
-from api.limits import check_job_caps
+from api.quota import reserve
 from api.routes.lexicons import named_lexicons
 from api.routes.voices import uploaded_voices
 from api.schemas import JobBody
@@ -98,6 +98,16 @@ async def _read(state: State, job_id: str, owner: str) -> Job:
     return cast(Job, row)
 
 
+async def _text_of(body: JobBody, model: ModelInfo, own: Any, settings: Any
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Read a body's text (job_input.text_of): in a worker thread when it is long, so the
+    event loop serves other requests meanwhile (each pass over the text is linear)."""
+    args = (body, model, own, settings.job_max_chars, settings.max_chapters)
+    if job_input.body_chars(body) <= job_input.INLINE_CHARS:
+        return job_input.text_of(*args)
+    return await anyio.to_thread.run_sync(job_input.text_of, *args)
+
+
 @dataclass
 class Shared:
     """What every job body of one request is checked against, loaded once per request."""
@@ -122,8 +132,7 @@ async def job_values(body: JobBody, shared: Shared, idempotency_key: str | None,
     """Check one job body (a 400 for what is wrong) and return its row, not yet stored."""
     settings = shared.state.settings
     model, voice = resolve(body, shared.models, shared.own)
-    chapters = job_input.chapters(body, settings.job_max_chars, settings.max_chapters)
-    voices = job_input.cast(body, chapters, model, shared.own)
+    chapters, voices = await _text_of(body, model, shared.own, settings)
     output_url = job_input.check_output_url(body.output_url, settings.output_prefixes)
     refs = (model.id, tuple(body.lexicons))
     if refs not in shared.lexicons:
@@ -179,16 +188,13 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
             .where(Job.owner == owner, Job.idempotency_key == idempotency_key))
         if existing is not None:
             return _replay(existing, digest, request, state)
-    await check_job_caps(session, owner, values["input_characters"],
-                         state.settings.max_active_jobs_per_key,
-                         state.settings.max_chars_per_day_per_key)
     options = values["options"]
     job = Job(**values)  # rendered below
     row = {COLUMN_KEYS[key]: value for key, value in values.items()}
-    try:  # one INSERT in autocommit: no unit of work, no BEGIN and COMMIT round trips
-        async with state.autocommit.connect() as connection:
-            await connection.execute(INSERT_JOB, row)
+    try:
+        await _insert(session, state, owner, row)
     except IntegrityError:
+        await session.rollback()
         existing = await session.scalar(select(Job).where(
             Job.owner == owner, Job.idempotency_key == idempotency_key))
         if existing is None:
@@ -209,6 +215,22 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
                 headers={"Location": f"/v1/audio/jobs/{rendered['id']}"})
 
 
+async def _insert(session: Any, state: State, owner: str, row: dict[str, Any]) -> None:
+    """Insert a job row: in the session's transaction after its key's caps are reserved
+    (api/quota.py), or, for a key without caps, as one INSERT in autocommit (no BEGIN and
+    COMMIT round trips) once the session has given its connection back: a request never
+    holds one connection while it waits for a second (20 at once took the whole pool)."""
+    settings = state.settings
+    if settings.max_active_jobs_per_key or settings.max_chars_per_day_per_key:
+        await reserve(session, owner, settings, row["input_characters"])
+        await (await session.connection()).execute(INSERT_JOB, row)
+        await session.commit()
+        return
+    await session.close()
+    async with state.autocommit.connect() as connection:
+        await connection.execute(INSERT_JOB, row)
+
+
 @router.post("/v1/audio/jobs/preview", openapi_extra={"requestBody": {
     "required": True, "content": {
         "application/json": {"schema": JobBody.model_json_schema()},
@@ -222,9 +244,13 @@ async def preview_job(request: Request, state: StateDep, session: SessionDep,
     models = await state.catalogue.models()
     own = await uploaded_voices(session, owner, models)
     model, voice = resolve(body, models, own)
-    chapters = job_input.chapters(body, state.settings.job_max_chars, state.settings.max_chapters)
-    voices = job_input.cast(body, chapters, model, own)
+    chapters, voices = await _text_of(body, model, own, state.settings)
+    return await anyio.to_thread.run_sync(_preview, model, voice, chapters, voices)
 
+
+def _preview(model: ModelInfo, voice: Any, chapters: list[dict[str, Any]],
+             voices: dict[str, Any]) -> dict[str, Any]:
+    """Return the preview of checked chapters: who speaks each part (a pass over the text)."""
     def parts(n: int, text: str) -> list[dict[str, Any]]:  # the first PREVIEW_PARTS
         return [{"speaker": who, "voice": voice_for(voices, voice.id, n, who),
                  "characters": len(said), "excerpt": said[:200]}

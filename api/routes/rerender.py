@@ -7,9 +7,10 @@ from typing import Any
 import anyio
 import structlog
 from fastapi import APIRouter, Request
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from api.errors import ApiError, Json, bad_request, unavailable
+from api.quota import reserve
 from api.replan import Part, replan
 from api.routes.jobs import _load, _render
 from api.routes.lexicons import named_lexicons
@@ -58,6 +59,13 @@ async def rerender_job(job_id: str, body: RerenderBody, request: Request, state:
         texts[int(key)] = text_field(value, f"inputs.{key}", state.settings.job_max_chars)
     chosen = [r for r in rows if r.chapter not in texts and (
         r.chapter in body.chapters or any(g.first <= r.number <= g.last for g in body.segments))]
+    book = list(await session.scalar(select(Job.chapters).where(Job.id == job.id)) or [])
+    for n, text in texts.items():
+        book[n] = book[n] | {"input": text}
+    total = sum(len(c["input"]) for c in book)
+    if total > state.settings.job_max_chars:
+        raise bad_request(f"inputs: the book would have {total} characters, over the limit "
+                          f"of {state.settings.job_max_chars}", "inputs", "input_too_long")
     changes = await _changes(body, job, state, session, owner)
     if not await anyio.to_thread.run_sync(state.store.exists, part_key(job.id, rows[0].number)):
         raise _conflict("this job's parts were not kept (KEEP_PARTS=false, or it completed "
@@ -67,9 +75,12 @@ async def rerender_job(job_id: str, body: RerenderBody, request: Request, state:
     earlier = dict(job.versions or {}) | {str(job.version or 1): {
         "result": job.result, "completed_at": job.completed_at.isoformat()
         if job.completed_at else None}}
-    book = list(await session.scalar(select(Job.chapters).where(Job.id == job.id)) or [])
-    for n, text in texts.items():
-        book[n] = book[n] | {"input": text}
+    # Charged as a job: what it synthesises again (api/quota.py); the job is active again.
+    lengths: dict[Any, int] = dict((await session.execute(
+        select(Segment.id, func.length(Segment.text)).where(Segment.job_id == job.id)
+    )).tuples().all())
+    spoken = sum(lengths.get(r.id, 0) for r in chosen) + sum(map(len, texts.values()))
+    await reserve(session, owner, state.settings, spoken)
     moved = await atransition(
         session, job.id, [JobStatus.completed], JobStatus.in_progress,
         detail={"rerender": len(chosen) + len(plan.new), "version": (job.version or 1) + 1},
