@@ -51,9 +51,13 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
             keys=KeyTable(sessions),
             limiter=RateLimiter(settings.rate_limit_per_minute, settings.broker_url),
             planner=Planner(celery),
+            failed_auth=RateLimiter(settings.failed_auth_per_minute, settings.broker_url,
+                                    "narrator:authfail", "wrong or missing keys per minute "
+                                    "from this address"),
         )
         yield
         await app.state.narrator.limiter.close()
+        await app.state.narrator.failed_auth.close()
         await engine.dispose()
 
     app = FastAPI(title="Narrator", version="0.1.0", lifespan=lifespan,

@@ -8,6 +8,7 @@ from asyncpg.exceptions import CannotConnectNowError, TooManyConnectionsError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
@@ -110,6 +111,13 @@ def install(app: FastAPI) -> None:
         return Json(_body("the database is unreachable; retry shortly", "service_unavailable",
                           None, "dependency_unavailable"),
                     status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(PoolTimeout)
+    async def _pool(request: Request, exc: PoolTimeout) -> Json:
+        log.warning("database.pool_exhausted", path=request.url.path)
+        return Json(_body("the server is busy: no database connection came free in time; "
+                          "retry shortly", "service_unavailable", None, "server_busy"),
+                    status_code=503, headers={"Retry-After": "2"})
 
     @app.exception_handler(StorageUnavailable)
     async def _storage(request: Request, exc: StorageUnavailable) -> Json:

@@ -19,6 +19,12 @@ class ApiSettings(CoreSettings):
     output_url_prefixes: str = ""
     # Per key (0: off): requests per minute, jobs queued or running, job characters per 24 h.
     rate_limit_per_minute: int = 0
+    # Wrong or missing keys per client address per minute, then a 429 for that address (a
+    # key is never guessed, but every try costs a lookup); 0: no limit.
+    failed_auth_per_minute: int = 30
+    # A bearer token for /metrics when the API has keys (Prometheus' `authorization`); with
+    # keys and no token, /metrics takes any valid key. Without keys it is open.
+    metrics_token: str = ""
     max_active_jobs_per_key: int = 0
     max_chars_per_day_per_key: int = 0
 

@@ -70,6 +70,7 @@ class State:
     keys: KeyTable
     limiter: RateLimiter
     planner: Planner
+    failed_auth: RateLimiter  # wrong keys per client address
 
 
 async def get_state(request: Request) -> State:
@@ -100,17 +101,35 @@ async def get_owner(request: Request, state: StateDep) -> str:
     if not keys and not await state.keys.in_use():
         await state.limiter.hit("")
         return ""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if not token or scheme.lower() != "bearer":
-        raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'",
-                       type="authentication_error", code="missing_api_key")
-    if token not in keys and not await state.keys.valid(digest(token)):
-        raise ApiError(401, "invalid API key", type="authentication_error",
-                       code="invalid_api_key")
+    token = bearer(request)
+    if token not in keys:  # not a key of the settings: wrong keys are limited per address
+        client = request.client.host if request.client else ""
+        await state.failed_auth.hit(client, 0)  # past its limit: a 429, and no lookup
+        if not token:
+            await state.failed_auth.hit(client)
+            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'",
+                           type="authentication_error", code="missing_api_key")
+        if not await state.keys.valid(digest(token)):
+            await state.failed_auth.hit(client)
+            raise ApiError(401, "invalid API key", type="authentication_error",
+                           code="invalid_api_key")
     owner = owner_of(token)
     await state.limiter.hit(owner)
     return owner
 
 
 OwnerDep = Annotated[str, Depends(get_owner)]
+
+
+def bearer(request: Request) -> str:
+    """Return the request's bearer token, or ''."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+async def metrics_access(request: Request, state: StateDep) -> None:
+    """Let /metrics through: open without keys; with keys, METRICS_TOKEN or a valid key."""
+    token = state.settings.metrics_token
+    if token and bearer(request) == token:
+        return
+    await get_owner(request, state)

@@ -37,9 +37,23 @@ def _allowed(allow: str) -> tuple[frozenset[str], tuple[Network, ...]]:
     return frozenset(hosts), tuple(networks)
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
 def _public(address: Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """Say whether an address is public; an IPv6 address that carries an IPv4 one (mapped,
+    6to4 2002::/16, Teredo, NAT64 64:ff9b::/96) is judged by that one too, and site-local
+    (fec0::/10, deprecated but still routed by some stacks) is private."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.is_site_local:
+            return False
+        carried = [address.ipv4_mapped, address.sixtofour,
+                   address.teredo[1] if address.teredo else None,
+                   ipaddress.IPv4Address(int(address) & 0xFFFFFFFF) if address in _NAT64 else None]
+        if any(v4 is not None and not _public(v4) for v4 in carried):
+            return False
+        if address.ipv4_mapped is not None:
+            return True
     return not (address.is_private or address.is_loopback or address.is_link_local
                 or address.is_multicast or address.is_reserved or address.is_unspecified
                 or address in _CGNAT)

@@ -1,5 +1,6 @@
 """Engine and session factories for workers (sync) and the API (async)."""
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,9 +28,20 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def _engine_args(settings: DatabaseSettings) -> dict[str, Any]:
     if settings.is_sqlite:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_data_dir(settings.data_dir)
+        database = settings.url().removeprefix("sqlite:///")
+        if database.endswith(".db") and not Path(database).exists():
+            # Created here, readable by its owner only (SQLite gives its WAL the same mode).
+            os.close(os.open(database, os.O_CREAT | os.O_WRONLY, 0o600))
         return {}
     return {"pool_size": settings.database_pool_size, "max_overflow": 0, "pool_pre_ping": True}
+
+
+def private_data_dir(folder: Path) -> None:
+    """Create DATA_DIR readable by its owner only (jobs' text, media, the SQLite file); an
+    existing folder keeps the mode it has."""
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
 def make_engine(settings: DatabaseSettings | None = None) -> Engine:

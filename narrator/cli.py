@@ -43,9 +43,19 @@ def _upgrade() -> None:
     upgrade()
 
 
+def _data_dir() -> None:
+    """Create DATA_DIR for the owner only before anything is written under it (server
+    commands; client commands write nothing there)."""
+    from models.db import private_data_dir
+    from models.settings import get_settings
+
+    private_data_dir(get_settings().data_dir)
+
+
 @cli.command()
 def migrate() -> None:
     """Create or upgrade the database schema."""
+    _data_dir()
     from migrations import upgrade
 
     upgrade()
@@ -135,6 +145,7 @@ def api(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
                  "(what --workers does)")] = False,
         ) -> None:
     """Run the HTTP API (--workers N: N processes, each with its own socket on the port)."""
+    _data_dir()
     import socket
 
     import uvicorn
@@ -272,6 +283,7 @@ def worker(
     banner: Annotated[bool, typer.Option(help="print Celery's start-up banner")] = True,
 ) -> None:
     """Run a Celery worker on the configured engine."""
+    _data_dir()
     import structlog
 
     structlog.get_logger().info("worker.starting", pid=os.getpid())
@@ -353,6 +365,7 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
 @cli.command()
 def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
     """Run everything in one command: migrate, a worker and the API (embedded defaults)."""
+    _data_dir()
     _share_metrics()  # the API's /metrics shows the worker's too
     _upgrade()
     # -P: keep the working directory off sys.path in the child too. No Celery banner and no

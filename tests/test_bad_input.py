@@ -15,7 +15,10 @@ CASES: list[tuple[str, dict[str, Any] | str, str | None, str]] = [
     # (name, body, param, text the message must contain)
     ("empty input", OK | {"input": ""}, "input", "must not be empty"),
     ("missing input", {"model": "piper", "voice": "joe"}, "input", "required"),
-    ("control characters only", OK | {"input": "\x00\x01\x02\x1b"}, "input", "nothing to speak"),
+    ("control characters only", OK | {"input": "\x01\x02\x1b"}, "input", "nothing to speak"),
+    ("a NUL character", OK | {"input": "Hello\x00."}, "input", "NUL"),
+    ("an integer past 64 bits", OK | {"seed": 10**30}, "seed", "64-bit"),
+    ("a number past float range", '{"input": "Hello.", "speed": 1e400}', "speed", "finite"),
     ("unknown voice", OK | {"voice": "nobody"}, "voice", "available: joe"),
     ("unknown format", OK | {"response_format": "ogg"}, "response_format", "'mp3'"),
     ("speed too low", OK | {"speed": 0.1}, "speed", "0.25"),

@@ -20,6 +20,10 @@ from tests.support import Stack
     "http://100.64.0.1/hook",  # carrier-grade NAT
     "http://[::ffff:10.0.0.1]/hook",  # IPv4-mapped IPv6
     "http://[fd00::1]/hook",  # unique local
+    "http://[2002:7f00:1::1]/hook",  # 6to4 of 127.0.0.1
+    "http://[2002:a9fe:a9fe::1]/hook",  # 6to4 of 169.254.169.254
+    "http://[fec0::1]/hook",  # site-local
+    "http://[64:ff9b::a9fe:a9fe]/hook",  # NAT64 of 169.254.169.254
     "http://0.0.0.0/hook",
     "ftp://example.com/hook",
     "file:///etc/passwd",

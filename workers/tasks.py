@@ -36,6 +36,7 @@ from core.queues import (
     NOTIFY,
     PLAN,
     PLAN_MANY,
+    REALTIME,
     SPEAK,
     SYNTHESIZE,
     model_queues,
@@ -62,9 +63,12 @@ class _Presence:
         self.registry = registry_for(settings)
         self.queues = tuple(q for q in settings.worker_queues.split(",") if q)
         # The models whose queues this worker consumes (all, when it was given none): a
-        # worker that takes only shared queues (`--queues assembly`) serves no model.
-        self.models = tuple(m for m in catalog(settings)
-                            if not self.queues or set(model_queues(m.id)) & set(self.queues))
+        # worker that takes only shared queues (`--queues assembly`) serves no model, and
+        # reads no catalogue (it needs no engine's package, not even Piper's voice).
+        serves = not self.queues or any(q.startswith((f"{REALTIME}.", f"{BATCH}."))
+                                        for q in self.queues)
+        self.models = tuple(m for m in catalog(settings) if not self.queues
+                            or set(model_queues(m.id)) & set(self.queues)) if serves else ()
         self.state = "warming"
         self.reason = ""
         self.id = worker_id()
@@ -89,7 +93,7 @@ _busy: metrics.BusyMeter | None = None
 _lane: RealtimeLane | None = None
 _heart: Heart | None = None
 _recycler: recycle.Recycler | None = None
-ENGINE_FAILED_EXIT = 3  # the worker's exit status when its engine cannot start
+STARTUP_FAILED_EXIT = 3  # the worker's exit status when its start fails (its engine too)
 WEBHOOK_MAX_ATTEMPTS = 11
 
 
@@ -194,15 +198,51 @@ WARM_UP_TEXT = ("The warm-up runs every shape of work once, so that the first jo
 
 @worker_init.connect
 def _warm_engine(**_: Any) -> None:
-    """Load the engine and warm it up before the worker takes tasks (solo/threads pools).
+    """Start the worker: registry, heartbeat, reaper, and the engine warmed up, before it
+    takes tasks (solo/threads pools). The worker consumes nothing until this returns.
 
-    The worker consumes nothing until this returns, so no segment waits on a cold engine.
-    A worker that consumes no model's queues (`--queues assembly`, a CPU worker beside GPU
-    ones) loads no engine.
-    An engine that cannot start ends the worker with status ENGINE_FAILED_EXIT before it
-    consumes anything; its registry record says why (/readyz lists it), and the process
-    supervisor (compose's restart policy, Kubernetes) restarts it with backoff.
+    Any failure here ends the worker with status STARTUP_FAILED_EXIT before it consumes
+    anything, its registry record saying why (/readyz lists it); the process supervisor
+    (compose's restart policy, Kubernetes) restarts it with backoff. Celery would log an
+    exception from this handler and consume anyway: a worker that said it was ready but
+    never registered, while others took its work.
     """
+    try:
+        _start()
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        reason = f"{type(exc).__name__}: {exc}"[:1000]
+        log.error("worker.start_failed", reason=reason, exc_info=True)
+        _failed(reason)
+        raise SystemExit(STARTUP_FAILED_EXIT) from exc
+
+
+def _failed(reason: str) -> None:
+    """Publish a failed record (a bare one if the start failed before the presence existed)
+    and stop what was started."""
+    settings = get_settings()
+    try:
+        if _presence is not None:
+            _presence.stopped.set()
+            _presence.state, _presence.reason = "failed", reason
+            _presence.publish()
+        else:
+            registry_for(settings).publish(WorkerRecord(
+                worker_id(), "failed", tuple(q for q in settings.worker_queues.split(",") if q),
+                (), time.time(), reason))
+    except Exception:
+        log.warning("worker.registry_failed", exc_info=True)
+    for engine in _engines():
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
+    if _heart is not None:
+        _heart.stop()
+
+
+def _start() -> None:
+    """What _warm_engine guards (its docstring)."""
     global _presence, _busy, _lane, _heart, _recycler
     log.info("worker.initialising")  # Celery has started (a restart's timeline)
     settings = get_settings()
@@ -224,20 +264,9 @@ def _warm_engine(**_: Any) -> None:
     # 178-195 ms, 53 ms after it, with pysbd's modules compiling at that moment), and an
     # assembly worker imported it in its first book's assembly (cues; session 16's log).
     speech.groups(WARM_UP_TEXT + " " + WARM_UP_TEXT, "en", 2)
-    try:
-        engine = get_engine() if _presence.models else None
-        if engine is not None:
-            warm_up(engine, settings)
-    except Exception as exc:
-        _presence.stopped.set()
-        _presence.state, _presence.reason = "failed", f"{type(exc).__name__}: {exc}"[:1000]
-        _presence.publish()
-        log.error("engine.failed", reason=_presence.reason)
-        close = getattr(loaded_engine(), "close", None)
-        if close is not None:
-            close()
-        _heart.stop()
-        raise SystemExit(ENGINE_FAILED_EXIT) from exc
+    engine = get_engine() if _presence.models else None
+    if engine is not None:
+        warm_up(engine, settings)
     _presence.state = "ready"
     _presence.publish()
     reaper.start(settings.reaper_interval_seconds, settings.segment_stale_seconds, _enqueue,

@@ -3,13 +3,13 @@
 from collections.abc import Iterable
 
 import anyio
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import func, select
 
-from api.state import StateDep
+from api.state import StateDep, metrics_access
 from core import metrics
 from core.broker import queue_depths
 from models import Job, JobStatus
@@ -25,7 +25,7 @@ class _Snapshot(Collector):
         return self.families
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.get("/metrics", include_in_schema=False, dependencies=[Depends(metrics_access)])
 async def prometheus(state: StateDep) -> Response:
     """Counters and histograms of every process on this host, job counts and queue depths."""
     families = []

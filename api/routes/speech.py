@@ -41,6 +41,7 @@ async def create_speech(body: SpeechBody, request: Request, state: StateDep,
                           f"'{body.response_format}'", "response_format",
                           "unsupported_parameter")
     _, lexicon = await named_lexicons(session, owner, body.lexicons, model)
+    await session.close()  # its connection back to the pool: the answer may take a minute
     request_id: str = request.state.request_id  # api.observability: also the channel's name
     payload = {"request_id": request_id, "input": text, "model": model.id, "voice": voice.id,
                "response_format": body.response_format, "speed": body.speed,
