@@ -178,6 +178,23 @@ def test_as_many_streams_as_realtime_sequences_all_start_at_once(gpu_stack: Stac
         assert wait_job(http, job_id, timeout=120)["status"] == "completed"
 
 
+def test_a_book_with_paragraphs_that_have_nothing_to_say_completes_on_the_gpu_path(
+        gpu_stack: Stack) -> None:
+    """Punctuation-only paragraphs are silence, never segments (the engine is never asked to
+    speak "..." or a dash), and the book completes with its cues in order."""
+    from tests.test_hostile_jobs import BREAKS
+
+    book = "\n\n".join(["It was late."] + [f"{mark}\n\nLine {n}." for n, mark
+                                            in enumerate(BREAKS)])
+    with gpu_stack.client() as http:
+        created = http.post("/v1/audio/jobs", json={"input": book, "response_format": "wav",
+                                                    "max_new_tokens": 20, "subtitles": ["srt"]})
+        assert created.status_code == 202, created.text
+        job = wait_job(http, created.json()["id"], timeout=120)
+    assert job["status"] == "completed", job
+    assert job["segments"]["total"] == 1 + len(BREAKS)
+
+
 def test_a_sync_answer_of_sentences_comes_back_whole_with_gaps(gpu_stack: Stack) -> None:
     """Four sentences, spoken at once in four pieces that share max_new_tokens (SYNC_PIECES
     defaults to 4 on vLLM-Omni), come back as one wav: their frames plus three gaps."""

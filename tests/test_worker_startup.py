@@ -41,7 +41,8 @@ def test_an_assembly_worker_starts_without_any_engine_package(tmp_path: Path) ->
         wait_for(lambda: any(r["state"] == "ready" for r in _records(tmp_path)), 20,
                  "its registry record")
         assert "Signal handler" not in worker.output()
-        assert worker.popen is not None and worker.popen.poll() is None
+        assert worker.popen is not None
+        assert worker.popen.poll() is None
     finally:
         worker.stop()
 

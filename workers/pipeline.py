@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, defer
 
 from core import metrics, tracing
 from core.cast import voice_for
-from core.keys import part_key, parts_prefix, result_store, take_key
+from core.keys import job_prefix, part_key, parts_prefix, result_store, take_key
 from core.lexicon import reader_for
 from core.registry import worker_id
 from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
@@ -241,14 +241,18 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
             .returning(Segment.id)
         ).first()
         if finished is None:
+            drop_if_deleted(job_id)
             return None
-        done, total, status = session.execute(
+        done, total, status, deleted = session.execute(
             update(Job).where(Job.id == job_id)
             .values(segments_done=Job.segments_done + 1,
                     chars_done=Job.chars_done + len(request.text),  # spoken: the guard's unit
                     audio_seconds=Job.audio_seconds + seconds, updated_at=utcnow())
-            .returning(Job.segments_done, Job.segments_total, Job.status)
+            .returning(Job.segments_done, Job.segments_total, Job.status, Job.deleted_at)
         ).one()
+    if deleted is not None:  # deleted while it was spoken: its part goes too
+        _drop(job_id)
+        return None
     metrics.segments.labels(engine.info.id).inc()
     # Where a segment's time went: the engine (queueing in it included), writing the part,
     # and the bookkeeping after it; bench.gpu_product reads these from the worker's log.
@@ -295,6 +299,32 @@ def fail_assembly(job_id: uuid.UUID, error: str, attempts: int) -> bool:
                               "code": "assembly_failed",
                               "message": f"storage was unreachable {attempts} times while "
                                          f"assembling the result: {error[:500]}"}) is not None
+
+
+def drop_if_deleted(job_id: uuid.UUID | None) -> bool:
+    """Remove a deleted job's media again; True if it was deleted.
+
+    The API marks a job deleted, commits, then removes its media; a task that was already
+    running writes after that (a part, a fragment, words, an assembly). Each such task calls
+    this after its writes: whichever comes last, the API's removal or this one, nothing of
+    the job stays.
+    """
+    if job_id is None:
+        return False
+    with session_scope() as session:
+        deleted = session.scalar(select(Job.deleted_at).where(Job.id == job_id))
+    if deleted is None:
+        return False
+    _drop(job_id)
+    return True
+
+
+def _drop(job_id: uuid.UUID) -> None:
+    with session_scope() as session:
+        output_url = session.scalar(select(Job.output_url).where(Job.id == job_id))
+    for store in {store_for(), result_store(output_url)}:
+        store.delete(job_prefix(job_id))
+    log.info("job.late_writes_removed", job_id=str(job_id))
 
 
 def job_of(segment_id: uuid.UUID) -> uuid.UUID | None:

@@ -465,6 +465,7 @@ def encode_fragment(job_id: str, first: int) -> None:
         progressive.encode_fragment(uuid.UUID(job_id), first)
     except Exception:
         log.warning("fragment.failed", job_id=job_id, first=first, exc_info=True)
+    pipeline.drop_if_deleted(uuid.UUID(job_id))
 
 
 @celery_app.task(name=ALIGN)
@@ -475,6 +476,7 @@ def align_segment(segment_id: str) -> None:
         alignment.align_segment(uuid.UUID(segment_id))
     except Exception:
         log.warning("segment.align_failed", segment_id=segment_id, exc_info=True)
+    pipeline.drop_if_deleted(pipeline.job_of(uuid.UUID(segment_id)))
 
 
 @celery_app.task(name=ASSEMBLE, bind=True)
@@ -496,6 +498,8 @@ def assemble(self: Task[Any, Any], job_id: str) -> None:
                              max_retries=None, exc=exc) from exc
         if pipeline.fail_assembly(uuid.UUID(job_id), repr(exc), attempt):
             notify.apply_async((job_id,), queue=BATCH)
+        return
+    if pipeline.drop_if_deleted(uuid.UUID(job_id)):
         return
     for segment_id in assembled.again:  # a lost part or a misheard take: redone, then on
         synthesize.apply_async((str(segment_id),), queue=model_queues(assembled.model)[1])
