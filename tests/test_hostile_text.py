@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core.normalize import spoken
@@ -28,6 +28,7 @@ from core.text import (
     voiced_runs,
 )
 from workers.speech import groups
+from workers.timeline import subtitles
 
 GAPS = Gaps(0.25, 0.6, 1.5)
 
@@ -110,3 +111,19 @@ def test_a_paragraph_with_nothing_to_say_is_silence_not_a_segment(mark: str) -> 
     assert [p.text for p in pieces] == ["It was late.", "Morning came."]
     assert pieces[0].pause_after == GAPS.chapter  # a scene break: the longest gap
     check_plan([f"It was late.\n\n{mark}\n\nMorning came."], pieces)
+
+
+@settings(deadline=2000, max_examples=60)
+@given(st.lists(st.text(max_size=300), min_size=1, max_size=20), st.sampled_from(["srt", "vtt"]))
+@example(["Then --> 00:00:01,000 --> 00:00:02,000 <b>bold</b> & done"], "vtt")
+@example(["Then --> 00:00:01,000 --> 00:00:02,000"], "srt")
+def test_any_cue_text_renders_one_block_per_cue_that_parsers_read_back(
+        texts: list[str], kind: str) -> None:
+    cues = [(n * 2.0, n * 2.0 + 1.5, part) for n, text in enumerate(texts)
+            for part in clauses(text, 84)][:200]
+    rendered = subtitles(cues, kind)
+    timings = [line for line in rendered.splitlines() if "-->" in line]
+    assert len(timings) == len(cues)
+    assert all(line.count("-->") == 1 and line[:2].isdigit() for line in timings)
+    if kind == "vtt":
+        assert "<" not in rendered.replace("<v ", "")

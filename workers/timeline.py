@@ -42,11 +42,20 @@ def subtitles(cues: list[tuple[float, float, str]], kind: str,
     tags = [f"<v {v}>" if v and kind == "vtt" else "" for v in voices or [None] * len(cues)]
     blocks = [
         (f"{n}\n" if kind == "srt" else "")
-        + f"{timestamp(start, sep)} --> {timestamp(end, sep)}\n{tag}{text}\n"
+        + f"{timestamp(start, sep)} --> {timestamp(end, sep)}\n{tag}{_cue_text(text, kind)}\n"
         for n, ((start, end, text), tag) in enumerate(zip(cues, tags, strict=True), 1)
     ]
     head = "WEBVTT\n\n" if kind == "vtt" else ""
     return head + "\n".join(blocks)
+
+
+def _cue_text(text: str, kind: str) -> str:
+    """Return a cue's text as its format takes it: on one line, no "-->" (a timing line to a
+    parser), and in WebVTT with &, < and > escaped (else read as markup)."""
+    text = " ".join(text.split()).replace("-->", "->")
+    if kind == "vtt":
+        text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text
 
 
 # Where an encoder that works in frames may cut the audio: after a silence at least this long
