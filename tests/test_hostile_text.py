@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from core.normalize import spoken
 from core.text import (
     Gaps,
+    Piece,
     check_plan,
     clauses,
     clean,
@@ -33,7 +34,7 @@ from workers.timeline import subtitles
 GAPS = Gaps(0.25, 0.6, 1.5)
 
 
-def plan(text: str) -> list[object]:
+def plan(text: str) -> list[Piece]:
     return list(plan_pieces([text], 400, GAPS))
 
 
