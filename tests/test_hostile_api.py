@@ -147,7 +147,13 @@ def _raw(stack: Stack, head: bytes, body: Iterator[bytes] | None = None) -> byte
                     sock.sendall(chunk)
 
         threading.Thread(target=send, daemon=True).start()
-        return sock.recv(4096)
+        answer = b""
+        while b"\r\n\r\n" not in answer or b"}}" not in answer:  # the head, then the body
+            piece = sock.recv(4096)
+            if not piece:
+                break
+            answer += piece
+        return answer
 
 
 def _head(path: str, key: str, **headers: str) -> bytes:

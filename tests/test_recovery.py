@@ -246,7 +246,8 @@ def test_a_recycled_gpu_worker_keeps_its_engine_warm(tmp_path: Path) -> None:
     (WORKER_MAX_TASKS=4) and once more on SIGHUP: each new image of the worker adopts the
     same engine child, skips the warm-up, and the job completes with every segment once;
     sync speech works after the last recycle."""
-    with _gpu_job(tmp_path, 100, NARRATOR_WORKER_MAX_TASKS="4") as (stack, http, job):
+    with _gpu_job(tmp_path, 100, NARRATOR_WORKER_MAX_TASKS="4",  # the batch engine alone:
+                  NARRATOR_VLLM_REALTIME_ENGINE="false") as (stack, http, job):  # see below
         done = wait_job(http, job["id"], timeout=180)
         assert stack.worker.popen is not None
         before = stack.worker.output().count('"engine.process_adopted"')
@@ -276,6 +277,30 @@ def test_a_recycled_gpu_worker_keeps_its_engine_warm(tmp_path: Path) -> None:
     runs = sorted(e["segment"] for e in events
                   if e["event"] == "segment.done" and e.get("job_id") == key)
     assert runs == list(range(6))
+
+
+def test_a_recycled_gpu_worker_keeps_its_realtime_partition_too(tmp_path: Path) -> None:
+    """With its realtime partition warm, a GPU-style worker recycles on SIGHUP: its new image
+    adopts both engine children (no engine starts again, no warm-up runs), the partition is
+    ready again, and sync speech goes to it beside a job."""
+    with _gpu_job(tmp_path, 300) as (stack, http, job):
+        wait_for(lambda: '"engine.realtime_ready"' in stack.worker.output(), 60,
+                 "the realtime partition")
+        assert stack.worker.popen is not None
+        mark = len(stack.worker.output())
+        stack.worker.popen.send_signal(signal.SIGHUP)
+        wait_for(lambda: '"engine.realtime_ready"' in stack.worker.output()[mark:], 60,
+                 "the partition after the recycle")
+        speech = http.post("/v1/audio/speech", json={
+            "input": "After the recycle.", "voice": "ryan", "max_new_tokens": 50,
+            "response_format": "wav"}, timeout=60)
+        done = wait_job(http, job["id"], timeout=180)
+        after = log_events(stack.worker.output()[mark:])
+    assert speech.status_code == 200, speech.text
+    assert done["status"] == "completed", done
+    assert sum(e["event"] == "engine.process_adopted" for e in after) == 2
+    assert not any(e["event"] == "engine.process_started" for e in after)
+    assert sum(e["event"] == "engine.warm_up_skipped" for e in after) == 2
 
 
 @pytest.mark.parametrize("limit", [{"NARRATOR_WORKER_MAX_TASKS": "4"},
