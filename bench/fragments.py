@@ -1,6 +1,6 @@
 """How many MP3 fragments one assembly process encodes a second, and what bounds it.
 
-On the GPU, segments of one length finish in lockstep waves: on two H100s (session 18) two
+On the GPU, segments of one length finish in lockstep waves: on two H100s two
 GPU workers finished 128 segments of 20 s within about a second, and the one assembly worker
 (a thread per core, 32) then encoded their fragments at about 25 a second, each task taking
 1.1-1.4 s against 0.3-0.4 s alone: 2.9 s of backlog after the last segment, which the job

@@ -23,7 +23,7 @@
 # first). Call 1 moves the first chunk to /tmp/x; call 2 the second, cuts all.part.00 and .01
 # back out (head -c, tail -c), checks SHA256SUMS and starts dev_setup.sh and dev_build.sh in the
 # background (setsid); call 3 cuts narrator.part out of the three (tail -c +<both parts' size
-# + 1>) and runs `start` (session 18: about a minute of device time before the first run).
+# + 1>) and runs `start` (about a minute of device time before the first run).
 # Runs from a copy of the repo in /tmp/nrepo: the device copies the working tree again on
 # every call. Logs: /tmp/gpo (product.log, test.log, the processes' logs, done).
 set -uo pipefail

@@ -2,7 +2,7 @@
 
 The embedded broker and the sync result channel are folders that messages are renamed into.
 Polling them every few milliseconds costs CPU on both sides while Piper wants every core
-(bench.sync_overhead, session 16: the API's 2 ms poll of a result folder took 132 core-ms
+(bench.sync_overhead: the API's 2 ms poll of a result folder took 132 core-ms
 per 17 s answer, the idle worker's two 10 ms broker polls 0.05 of a core). A watch wakes its
 waiter as a file lands instead. Without inotify (not Linux, or the per-user limit of inotify
 instances reached) `active` is false and callers poll as before.

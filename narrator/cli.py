@@ -181,8 +181,8 @@ def _settle_gc() -> None:
     SQLAlchemy's, Celery's modules): 125-180 ms with the event loop stopped, three or four
     times in 8 s at 16 clients, and POST /v1/audio/jobs's p99 was those pauses (200-241 ms).
     Frozen, a full collection took 4-10 ms (p99 109-152 ms); with the first generation's
-    threshold at 50,000 as well, 90-102 ms and 15-20 % more jobs/s (session 16, one run
-    alternating the settings). Session 17, another machine, both ways twice: submit p99 at
+    threshold at 50,000 as well, 90-102 ms and 15-20 % more jobs/s (one run
+    alternating the settings). On another machine, both ways twice: submit p99 at
     16 clients 38-41 ms against 105-123, at 64 clients 911-915 jobs/s against 646-745;
     bench.batch 10,709 jobs/s against 9,445, GET p99 at 64 clients 101 ms against 193 (154
     against 249 beside a batch).

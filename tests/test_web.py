@@ -295,7 +295,7 @@ def test_a_running_job_can_be_cancelled_and_deleted(browser: WebDriver, served: 
     job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
                    if text_of(d, "status").startswith("submitted job_") else None)
     row = f'tr[data-job="{job_id}"]'
-    # Its row can take a while on 2 busy cores: one CI run (session 18) showed "submitted"
+    # Its row can take a while on 2 busy cores: one CI run showed "submitted"
     # but no row within 20 s while the worker planned this 2,000-sentence job; three local
     # runs of the module took under 5 s. A minute for the row, then the usual waits.
     click(browser, f'{row} button[aria-label="Cancel {job_id}"]', 60)

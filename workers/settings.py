@@ -98,7 +98,7 @@ class WorkerSettings(CoreSettings):
     # its batch, so every batch size up to max_num_seqs has run before the first request.
     vllm_realtime_sequences: int = 16
     # Frames per warm-up request: 100 (8 s) runs every Code2Wav window shape, with its
-    # 72-frame left context, at least once. On two H200s (session 19) a restart with it was
+    # 72-frame left context, at least once. On two H200s a restart with it was
     # ready in 88.2 s against 90.5 s with 250 frames (warm-up 5.0 s against 10.0 s), and the
     # first job after it ran at 159.4 audio-s/s against 149.6: not slower.
     vllm_warmup_tokens: int = 100

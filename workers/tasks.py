@@ -262,7 +262,7 @@ def _start() -> None:
     # pysbd's import and first split, before any task needs them: sync speech splits its
     # text on vLLM-Omni (on the H100 the first streamed request after the warm-up took
     # 178-195 ms, 53 ms after it, with pysbd's modules compiling at that moment), and an
-    # assembly worker imported it in its first book's assembly (cues; session 16's log).
+    # assembly worker imported it in its first book's assembly (its cues).
     speech.groups(WARM_UP_TEXT + " " + WARM_UP_TEXT, "en", 2)
     engine = get_engine() if _presence.models else None
     if engine is not None:

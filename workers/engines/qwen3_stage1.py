@@ -15,12 +15,12 @@ request for the step):
   `REALTIME_TAG`) go before batch requests, in the running list and in the waiting queue;
 - a step that has realtime audio to decode decodes nothing else: a step's output comes back
   only when all of it is done, and a realtime chunk decoded beside two whole segments came
-  back 210-270 ms later instead of about 12 ms (bench.engine_trace, session 8);
+  back 210-270 ms later instead of about 12 ms (bench.engine_trace);
 - the batch requests' ready tokens admitted in one step are capped at `BATCH_TOKENS` (two
   segments of 250 frames), so a realtime chunk that arrives during a step waits for less;
   the first batch request of a step always goes, and one that would not fit the step's
   whole budget waits for the next step instead of being split across steps. A cap of one
-  segment (4096) halved the first job's rate (84.6 audio-s/s, GPU 40 % busy, session 8):
+  segment (4096) halved the first job's rate (84.6 audio-s/s, GPU 40 % busy):
   each Code2Wav step has a fixed cost (about 95 ms per step of one segment beside a full
   talker), so fewer segments per step starve the talker of free slots.
 Held requests go back to the front of the waiting queue, in order, when the step is built.
@@ -196,7 +196,7 @@ def _build_talker() -> type:
 
     Running realtime requests alone for a step while the batch sat it out (to get their first
     frame sooner) crashed vLLM-Omni 0.26's AR runner with a KeyError for `all_token_ids`
-    (session 8, bench/results/gpu_product_h100_1.7b_s8_boost_crash.log), so it is not done:
+    (bench/results/gpu_product_h100_1.7b_s8_boost_crash.log), so it is not done:
     holding waiting requests uses vLLM-Omni's own hook for it.
     """
     from vllm.logger import init_logger
