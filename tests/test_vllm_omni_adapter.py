@@ -6,10 +6,12 @@ and in bench/gpu_engine.py on the lent H100.
 """
 
 import json
+import sys
 import threading
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -405,3 +407,52 @@ def test_a_sync_answers_pieces_are_spoken_at_once_and_joined_in_order(
     expected = np.concatenate([part for n, r in enumerate(requests) for part in (
         ([np.zeros(gap)] if n else []) + [np.full((r.max_new_tokens or 0) * SCALE, markers[n])])])
     assert np.array_equal(audio, expected)
+
+
+class Talker:
+    """A streamed request's talker steps as the stage process reports them to the hand-off."""
+
+    def __init__(self) -> None:
+        self.code_prompt_token_ids: dict[str, list[Any]] = defaultdict(list)
+        self.request_payload: dict[str, Any] = {}
+        self.done = False
+        self.request = SimpleNamespace(external_req_id="stream-1", additional_information=None,
+                                       is_finished=lambda: self.done)
+
+    def run(self, handoff: Any, frames: int, ending: str) -> int:
+        """Speak `frames` frames, end as `ending` says; return the frames Code2Wav decodes."""
+        payloads = []
+        for n in range(frames):
+            last = n == frames - 1 and ending == "on the last step"
+            self.done = last
+            payloads.append(handoff(self, {"codes": {"audio": [n] * 4}}, self.request, last))
+        if ending != "on the last step":  # the talker reports the end after its last frame
+            self.done = True
+            payloads.append(handoff(self, None, self.request, True))
+        if ending == "reported twice":
+            payloads.append(handoff(self, None, self.request, True))
+        sent = [p for p in payloads if p is not None]
+        assert sent[-1].finished
+        return sum(len(p.frames) - p.left_context_size for p in sent)
+
+
+@pytest.mark.parametrize("ending", ["on the last step", "after the last step", "reported twice"])
+@pytest.mark.parametrize("frames", [1, 24, 25, 50, 61, 250])
+def test_a_streamed_answer_hands_each_frame_to_code2wav_once(
+        monkeypatch: pytest.MonkeyPatch, frames: int, ending: str) -> None:
+    """The stock processor (its windowing in tests/doubles/stock_handoff.py) decodes the last
+    window again when the end comes after it; through Narrator's hand-off every frame of a
+    streamed answer is decoded exactly once, however the talker reports the end."""
+    from tests.doubles import stock_handoff
+    from workers.engines.qwen3_handoff import talker2code2wav
+
+    processors = ModuleType("vllm_omni.model_executor.stage_input_processors")
+    processors.qwen3_tts = stock_handoff  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, processors.__name__, processors)
+    monkeypatch.setitem(sys.modules, f"{processors.__name__}.qwen3_tts", stock_handoff)
+
+    assert Talker().run(talker2code2wav, frames, ending) == frames
+    stock = Talker().run(stock_handoff.talker2code2wav_async_chunk, frames, ending)
+    repeats = ending == "reported twice" or (ending == "after the last step"
+                                            and frames % stock_handoff.CHUNK == 0)
+    assert (stock > frames) == repeats  # the double repeats where vLLM-Omni 0.26 does

@@ -19,7 +19,8 @@ to be measured on the device: a streamed request's first chunk waits in Code2Wav
 whatever whole decodes are queued before it).
 
 Everything else, streamed requests and cloned voices (their reference codes go with the first
-window), goes through vLLM-Omni's own processor unchanged. The deploy config names this
+window), goes through vLLM-Omni's own processor, which Narrator keeps from sending a
+request's last window twice (`_streamed`). The deploy config names this
 function as stage 0's `custom_process_next_stage_input_func`; it runs in the talker's stage
 process, which has torch and vLLM-Omni.
 """
@@ -79,12 +80,41 @@ def talker2code2wav(transfer_manager: Any, multimodal_output: Any, request: Any,
     cloned = payload.get(request.external_req_id) is not None or (
         isinstance(multimodal_output, Mapping) and _has_reference(multimodal_output))
     if cloned or not marked_whole(request):
-        payload = stock.talker2code2wav_async_chunk(transfer_manager, multimodal_output,
-                                                    request, is_finished)
+        payload = _streamed(stock, transfer_manager, multimodal_output, request, is_finished)
         if trace.enabled():
             _trace_frame(transfer_manager, request, payload)
         return payload
     return _whole(stock, transfer_manager, multimodal_output, request, is_finished)
+
+
+def _streamed(stock: Any, transfer_manager: Any, multimodal_output: Any, request: Any,
+              is_finished: bool) -> Any:
+    """vLLM-Omni's own windows for a streamed request, with its last window sent once.
+
+    The stock processor sends the last `codec_chunk_frames` frames again when it is told a
+    request finished after that window already went (the talker's last step ends a window,
+    or the request is reported finished twice), and Code2Wav decodes them again: the
+    stream's end repeats (vLLM-Omni issue 6600). A finished call that brings no frame
+    since the last window sent gets vLLM-Omni's empty finished payload instead, and a
+    finished request's frames are let go, so a later call has nothing to send again.
+    """
+    request_id = request.external_req_id
+    payload = stock.talker2code2wav_async_chunk(transfer_manager, multimodal_output,
+                                                request, is_finished)
+    if payload is None:
+        return None
+    frames = transfer_manager.code_prompt_token_ids[request_id]
+    covered = getattr(transfer_manager, "narrator_streamed", None)
+    if covered is None:  # frames covered by the windows sent, per streamed request
+        covered = transfer_manager.narrator_streamed = {}
+    if not bool(is_finished or request.is_finished()):
+        covered[request_id] = len(frames)
+        return payload
+    repeat = bool(frames) and covered.pop(request_id, None) == len(frames)
+    frames.clear()
+    if repeat:
+        return stock.talker2code2wav_async_chunk(transfer_manager, None, request, True)
+    return payload
 
 
 def _trace_frame(transfer_manager: Any, request: Any, payload: Any) -> None:
