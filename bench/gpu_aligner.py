@@ -21,8 +21,16 @@ recogniser's token bound for the segment's words. --both then loads the aligner 
 the same process (as a worker with ALIGNER=qwen3 and RECOGNIZER=qwen3 has them), and aligns
 and hears the same segments at once.
 
+--shift FOLDER aligns the same segments with the prompt vLLM-Omni 0.26 builds (a chat turn
+around the audio and the words) and with Narrator's (the official aligner's, no chat turn),
+and prints how much later the first puts the word marks. It aligns the bench's noise
+segments, so even with the released weights in FOLDER it shows what the prompt alone moves,
+not accuracy on speech (vLLM-Omni pull request 7240 measured +92 ms on real speech); with
+random weights it only shows that the two prompts give the model different inputs.
+
     python -m bench.gpu_aligner --build /tmp/fa --tokenizer /tmp/tok [--batch 32]
     python -m bench.gpu_aligner --build /tmp/asr --recognizer [--both /tmp/fa]
+    python -m bench.gpu_aligner --build /tmp/fa --shift /path/to/Qwen3-ForcedAligner-0.6B
 """
 
 import argparse
@@ -119,7 +127,11 @@ def main() -> None:
     parser.add_argument("--alone", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--label", default="gpu_aligner")
+    parser.add_argument("--shift", type=Path, default=None, metavar="CHECKPOINT",
+                        help="compare vLLM-Omni's prompt with Narrator's on this checkpoint")
     args = parser.parse_args()
+    if args.shift:
+        return shift(args.shift, args.memory, args.label)
     build(args.build, args.tokenizer, args.recognizer)
     busy = GpuBusy()
     model: Any = (Qwen3Recognizer if args.recognizer else Qwen3Aligner)(
@@ -162,6 +174,35 @@ def main() -> None:
     busy.stop()
     print(table(["measure", "result", "note"], rows))
     save(args.label, {"args": {k: str(v) for k, v in vars(args).items()}} | out)
+
+
+def shift(checkpoint: Path, memory: float, label: str, segments: int = 8) -> None:
+    """Align the same segments with vLLM-Omni 0.26's prompt and with Narrator's: one table
+    of how much later the first puts each word's start and end (ms; + is later)."""
+    from vllm_omni.utils.qwen3_force_align_processor import build_prompt
+
+    from workers.aligners.qwen3 import _Call, _Model
+
+    model = _Model(str(checkpoint), {"gpu_memory_utilization": memory, "load_format": "auto",
+                                     "max_model_len": 4096})
+    calls = [_Call(segment(k), RATE, words_of(TEXT)) for k in range(segments)]
+    theirs = model.align(calls, lambda words: build_prompt(list(words)))
+    ours = model.align(calls)
+    moves = [(a.start - b.start) * 1000 / RATE for x, y in zip(theirs, ours, strict=True)
+             if x and y for a, b in zip(x, y, strict=True)]
+    moves += [(a.end - b.end) * 1000 / RATE for x, y in zip(theirs, ours, strict=True)
+              if x and y for a, b in zip(x, y, strict=True)]
+    if not moves:
+        print("no segment was aligned both ways")
+        return
+    rows = [["marks compared", str(len(moves)), f"{segments} segments, starts and ends"],
+            ["mean shift", f"{statistics.mean(moves):+.0f} ms", "vLLM-Omni's prompt - Narrator's"],
+            ["median shift", f"{statistics.median(moves):+.0f} ms", ""],
+            ["later / earlier / same", " / ".join(str(n) for n in (
+                sum(m > 0 for m in moves), sum(m < 0 for m in moves),
+                sum(m == 0 for m in moves))), ""]]
+    print(table(["measure", "result", "note"], rows))
+    save(label + "_shift", {"checkpoint": str(checkpoint), "moves_ms": moves})
 
 
 def at_once(label: str, calls: list[Any], count: int, words: int, busy: GpuBusy,

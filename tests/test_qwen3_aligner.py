@@ -48,6 +48,16 @@ def test_markers_that_do_not_pair_with_the_words_give_none() -> None:
     assert spans(logits, tokens, MARK, 80.0, ["a", "b"], RATE, RATE, list) is None
 
 
+
+def test_the_prompt_is_the_official_aligners_with_no_chat_turn_before_the_audio() -> None:
+    """The audio comes first, then each word and its two markers (Qwen's own processor);
+    vLLM-Omni 0.26's user turn before the audio put every marker one or two bins late."""
+    assert qwen3.prompt(["Hello", "there"]) == (
+        "<|audio_start|><|audio_pad|><|audio_end|>"
+        "Hello<timestamp><timestamp>there<timestamp><timestamp>")
+    assert "<|im_start|>" not in qwen3.prompt(["a"])
+    assert qwen3.prompt(["a", "b", "c"]).count("<timestamp>") == 6
+
 class _Double:
     """The model at the GPU boundary: records each batch it is given."""
 

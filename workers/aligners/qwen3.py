@@ -6,9 +6,13 @@ is vLLM's pooling model (`Qwen3ASRForcedAlignerForTokenClassification`, token
 classification) in the process that aligns, and the segments that arrive together go to the
 GPU as one batch: one thread owns the model and takes whatever is queued, up to `batch`.
 
-The prompt (the audio, then each word followed by a start and an end `<timestamp>` marker),
-the marker's token and the repair of out-of-order bins are vLLM-Omni's
-(`vllm_omni.utils.qwen3_force_align_processor`). Each marker is classified into a time bin
+The prompt is the official aligner's (Qwen's `qwen_asr` processor): the audio, then each
+word followed by a start and an end `<timestamp>` marker, with no chat template around it
+(`prompt`). vLLM-Omni 0.26 wraps it in a user turn, and the three tokens before the audio put
+the markers one or two 80 ms bins late, 92 ms on average on real speech with the released
+weights (vLLM-Omni pull request 7240, fixed after 0.26). The marker's token and the repair of
+out-of-order bins are vLLM-Omni's (`vllm_omni.utils.qwen3_force_align_processor`). Each
+marker is classified into a time bin
 (`timestamp_segment_time`, 80 ms in the released checkpoint's config); Narrator turns the
 pairs into spans in samples, in order and inside the audio.
 
@@ -34,6 +38,14 @@ from workers.aligners import Word, words_of
 
 log = structlog.get_logger()
 Repair = Callable[[list[int]], list[int]]
+AUDIO = "<|audio_start|><|audio_pad|><|audio_end|>"  # the processor expands the pad
+MARKERS = "<timestamp><timestamp>"  # a word's start and end
+
+
+def prompt(words: Sequence[str]) -> str:
+    """Return the aligner's input for `words`: the audio, then every word and its two markers,
+    as the official aligner feeds its tokenizer (no chat template)."""
+    return AUDIO + "".join(word + MARKERS for word in words)
 
 
 @dataclass
@@ -167,11 +179,14 @@ class _Model:
         self.rate = int(json.loads((Path(path) / "preprocessor_config.json").read_text())
                         .get("sampling_rate", 16000))
 
-    def align(self, calls: Sequence[_Call]) -> list[list[Word] | None]:
+    def align(self, calls: Sequence[_Call],
+              build: Callable[[Sequence[str]], str] = prompt) -> list[list[Word] | None]:
+        """Align each call's words (`build` makes the text part of the input; bench.gpu_aligner
+        --shift compares vLLM-Omni's with `prompt`)."""
         from vllm.pooling_params import PoolingParams
 
         outputs = self.llm.encode(
-            [{"prompt": self.processor.build_prompt(call.words),
+            [{"prompt": build(call.words),
               "multi_modal_data": {"audio": (soxr.resample(call.audio, call.rate, self.rate),
                                              self.rate)}} for call in calls],
             pooling_params=PoolingParams(), pooling_task="token_classify", use_tqdm=False)
