@@ -67,8 +67,8 @@ def main() -> None:
     from core.text import sentences
     from workers.aligners import placed, words_of
     from workers.aligners.sphinx import SphinxAligner
-    from workers.engine import get_engine
     from workers.engines import SpeechRequest
+    from workers.runtime.engine import get_engine
 
     text = args.text.read_text(encoding="utf-8") if args.text else TEXT
     said = [spoken(s, "en") for s in sentences(" ".join(text.split()), "en")]

@@ -1,7 +1,7 @@
 """MP3 and m4b assembly of a long book: from scratch, and after its fragments were encoded ahead.
 
 A harness, not the product: synthetic parts (a 220 Hz tone, 20 s each, at Piper's 22.05 kHz)
-in a local media folder, assembled in this process by `workers.assembly.assemble` into one
+in a local media folder, assembled in this process by `workers.book.assembly.assemble` into one
 book and four chapter files (MP3, or m4b with AAC), -16 LUFS. It leaves out the queue, the
 database and the engine; `bench.longform` runs the whole platform. Three timings per size:
 
@@ -30,7 +30,7 @@ def book(folder: str, hours: float, fmt: str) -> tuple[Any, list[Any], Any]:
     """Write the parts of a book of `hours`; return its job, segments and store."""
     from models import Job, Segment
     from storage import MediaStore
-    from workers import assembly
+    from workers.book import assembly
 
     store = MediaStore(f"file://{folder}")
     parts = int(hours * 3600 / PART_SECONDS)
@@ -51,8 +51,8 @@ def run(hours: float, fmt: str, threads: int) -> dict[str, Any]:
     """Time the three phases for one book."""
     from core.audio import decode
     from core.keys import parts_prefix
-    from workers import assembly, fragments
-    from workers.timeline import cuts_after
+    from workers.book import assembly, fragments
+    from workers.book.timeline import cuts_after
 
     with tempfile.TemporaryDirectory(prefix="narrator-bench-") as folder:
         job, segments, store = book(folder, hours, fmt)

@@ -10,7 +10,7 @@ A harness, not the product: it plans a real MP3 job on Postgres (a sentence of a
 280 characters a segment), stores N + 1 parts of --seconds of a tone at 24 kHz through
 `pipeline.synthesize` with a tone engine at the engine boundary (the last part is left
 pending, so no assembly starts), then runs what `narrator.encode_fragment` runs
-(`workers.progressive.encode_fragment`: the rows, the parts, loudness, the MP3 encode, the
+(`workers.book.progressive.encode_fragment`: the rows, the parts, loudness, the MP3 encode, the
 kept fragment) for the N fragments at once on T threads of this process, as the assembly
 worker's pool does. It leaves out the broker. With py-spy (--gil, the default when it is on
 PATH), the same fragments once more while py-spy samples the threads that hold the GIL: the
@@ -69,7 +69,7 @@ def done_job(fragments: int, seconds: float) -> uuid.UUID:
     from sqlalchemy import text
 
     from models.db import session_scope
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     job_id = uuid.uuid4()
     # About 280 characters a sentence, a segment each: what 20 s of speech holds, so the
@@ -95,7 +95,7 @@ def done_job(fragments: int, seconds: float) -> uuid.UUID:
 
 def encode_all(job_id: uuid.UUID, fragments: int, threads: int) -> tuple[float, float]:
     """Encode the job's fragments on `threads` at once; return (wall s, CPU s)."""
-    from workers import progressive
+    from workers.book import progressive
 
     cpu, started = time.process_time(), time.perf_counter()
     with ThreadPoolExecutor(max_workers=threads) as pool:
@@ -171,7 +171,7 @@ def _in_encode(stack: str) -> bool:
 def main() -> None:
     """Run the harness and print its table."""
     from core import logs
-    from workers.assembly import cores
+    from workers.book.assembly import cores
 
     logs.configure("WARNING")  # not a line per fragment
 

@@ -100,7 +100,7 @@ class Bench:
 
     def start_engine(self, process: bool = False) -> None:
         """Start the engine the worker will get: in this process, or in a child of its own."""
-        from workers.engine import get_engine, reset_engine
+        from workers.runtime.engine import get_engine, reset_engine
         from workers.settings import get_settings
 
         os.environ["NARRATOR_VLLM_ENGINE_PROCESS"] = str(process).lower()

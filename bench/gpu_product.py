@@ -13,7 +13,7 @@ stop by themselves. One table:
   ÷ raw             sustained ÷ raw AsyncOmni at the worker's in-flight bound, same session
                     and the first job ÷ the same: the bare engine, bench.gpu_engine --paths raw
                     under vLLM-Omni's own deploy config, after the platform has stopped
-  partition         then the GPU workers' realtime partitions ready (workers/partition.py)
+  partition         then the GPU workers' realtime partitions ready (workers/runtime/partition.py)
   TTFA alone        streamed first audio byte, one request at a time (p50 / p90 / p99)
   TTFA saturated    the same while JOBS jobs fill the engine: one request every PROBE_GAP s,
                     each on its own thread (the row says if the jobs ended before the probes)
@@ -235,7 +235,7 @@ def percentiles(samples: list[float]) -> str:
 
 def wait_partitions(url: str, count: int, timeout: float,
                     processes: list[subprocess.Popen[bytes]]) -> float | None:
-    """Wait until `count` realtime partitions are ready (workers/partition.py); return the
+    """Wait until `count` realtime partitions are ready (workers/runtime/partition.py); return the
     seconds it took, or None when the workers run none (VLLM_REALTIME_ENGINE=false) or one
     failed (the lane then uses the batch engine: the run measures that)."""
     started = time.monotonic()

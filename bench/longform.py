@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from bench.common import busiest_threads, save, served, table, thread_cpu
-from workers.assembly import cores
+from workers.book.assembly import cores
 
 PARAGRAPHS = [
     "The ferry left the harbour at dawn, and the gulls followed it out past the breakwater. "
@@ -146,7 +146,7 @@ def write_parts(folder: str, hours: float) -> None:
     import numpy as np
 
     from storage import MediaStore
-    from workers import assembly
+    from workers.book import assembly
 
     store = MediaStore(f"file://{folder}")
     tone = 0.2 * np.sin(np.arange(RATE * PART_SECONDS) * 2 * np.pi * 220 / RATE)
@@ -160,7 +160,7 @@ def assembly_child(folder: str, hours: float) -> None:
 
     from models import Job, Segment
     from storage import MediaStore
-    from workers import assembly
+    from workers.book import assembly
 
     parts = int(hours * 3600 / PART_SECONDS)
     store = MediaStore(f"file://{folder}")

@@ -50,8 +50,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from core.audio import encode
-    from workers.engine import get_engine
     from workers.engines import SpeechRequest
+    from workers.runtime.engine import get_engine
 
     engine = get_engine()
     # A realtime request runs on Piper's default session (ONNX Runtime's defaults, as

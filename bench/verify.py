@@ -9,7 +9,7 @@ sentence boundaries are exact sample counts. Every segment is heard three ways:
             that skips sentences);
   swapped   another segment's audio (a take that speaks the wrong text);
 
-and each time compared with the segment's text (word error rate, workers.alignment). The
+and each time compared with the segment's text (word error rate, workers.book.alignment). The
 flag rule is the platform's: a segment more than VERIFY_WER_MARGIN above the median of the
 clean segments (the job's median, in a job that is mostly clean). Reported: the share of
 corrupted segments caught, of clean ones flagged, and the recogniser's CPU time per audio
@@ -44,9 +44,9 @@ def main() -> None:
     from core.text import sentences
     from workers.aligners import sphinx, words_of
     from workers.aligners.sphinx import SphinxAligner
-    from workers.alignment import verification, word_error_rate
-    from workers.engine import get_engine
+    from workers.book.alignment import verification, word_error_rate
     from workers.engines import SpeechRequest
+    from workers.runtime.engine import get_engine
     from workers.settings import get_settings
 
     options = {name: _value(v) for name, v in (o.split("=", 1) for o in args.option)}

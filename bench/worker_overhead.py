@@ -28,8 +28,8 @@ def run_one(threads: int, waves: int, engine_seconds: float) -> float:
     """Run one worker configuration in this process and return its wall time."""
     import numpy as np
 
-    import workers.engine
-    import workers.pipeline
+    import workers.jobs.pipeline
+    import workers.runtime.engine
     import workers.tasks
     from bench.gpu_engine import Bench
     from core.catalog import catalog
@@ -51,7 +51,7 @@ def run_one(threads: int, waves: int, engine_seconds: float) -> float:
                 return [noise.copy() for _ in requests]
 
     engine = StandIn()
-    for module in (workers.engine, workers.pipeline, workers.tasks):
+    for module in (workers.runtime.engine, workers.jobs.pipeline, workers.tasks):
         module.get_engine = lambda: engine  # type: ignore[attr-defined]
     bench = Bench(argparse.Namespace(frames=250, concurrency=[threads], ttfa_reps=1,
                                      waves=waves), engine)

@@ -61,7 +61,7 @@ def zero(models: list[str], sweeps: list[str]) -> None:
     see a series (and `rate()` a first point) before anything has failed."""
     for model in models:
         segment_failures.labels(model)
-        for reason in ("runaway", "truncated"):  # workers.quality
+        for reason in ("runaway", "truncated"):  # workers.jobs.quality
             segment_retakes.labels(model, reason)
     for sweep in sweeps:
         reaper_actions.labels(sweep)

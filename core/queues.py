@@ -42,7 +42,7 @@ def assembly_queue(workers: Iterable[Live]) -> str:
 
 
 def split_queues(queues: list[str]) -> tuple[list[str], list[str]]:
-    """Split a worker's queues into Celery's pool and the realtime lane (workers/realtime.py).
+    """Split a worker's queues into Celery's pool and the realtime lane (workers/runtime/lane.py).
 
     A worker with only realtime queues has no batch work to starve them: its pool takes them.
     """

@@ -36,7 +36,7 @@ class WorkerRecord:
     models: tuple[ModelInfo, ...]
     at: float
     reason: str = ""  # why a failed worker failed
-    # Its realtime partition (workers/partition.py): "" (none), starting, ready or failed;
+    # Its realtime partition (workers/runtime/partition.py): "" (none), starting, ready or failed;
     # a failed one's reason follows a colon.
     realtime: str = ""
 

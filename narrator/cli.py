@@ -290,7 +290,7 @@ def worker(
     from core.catalog import catalog
     from core.queues import BATCH, REALTIME, split_queues, worker_queues
     from workers.app import celery_app
-    from workers.assembly import cores
+    from workers.book.assembly import cores
     from workers.settings import get_settings
 
     settings = get_settings()
@@ -299,7 +299,7 @@ def worker(
                                               assembles=settings.engine == "piper"))
     os.environ["NARRATOR_WORKER_QUEUES"] = queues  # the worker's settings read it
     get_settings.cache_clear()
-    # Realtime queues go to the worker's realtime lane (workers.realtime), the rest to
+    # Realtime queues go to the worker's realtime lane (workers.runtime.lane), the rest to
     # Celery's pool, so batch work never holds the threads sync speech needs.
     pooled, _ = split_queues(queues.split(","))
     # A worker with no model queue (--queues assembly) runs no engine: its tasks are CPU work

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, text
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from workers.aligners import Word, fill, placed, words_of
 from workers.aligners.sphinx import SphinxAligner
-from workers.alignment import word_error_rate
+from workers.book.alignment import word_error_rate
 from workers.engines import SpeechRequest
 from workers.settings import WorkerSettings
 
@@ -23,7 +23,7 @@ TEXTS = ["The ferry left the harbour at a quarter past seven.",
 
 @pytest.fixture(scope="module")
 def spoken() -> tuple[list[np.ndarray], int]:
-    from workers.engine import get_engine
+    from workers.runtime.engine import get_engine
 
     engine = get_engine()
     voice = engine.info.voices[0].id
@@ -165,8 +165,8 @@ def test_segments_whose_words_are_not_kept_yet_are_aligned_by_the_assembly(
 
     from core.catalog import catalog
     from tests.support import insert_job
-    from workers import pipeline
     from workers.engines.piper import PiperEngine
+    from workers.jobs import pipeline
     from workers.settings import get_settings
 
     book = ["The boats came in at dawn. Gulls followed them home.\n\n"
@@ -189,7 +189,7 @@ def _assembled(db: Engine, job_id: Any) -> tuple[dict[str, Any], list[dict[str, 
     import json
 
     from storage import store_for
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     assert pipeline.assemble(job_id).outcome == "completed"
     with db.connect() as connection:
@@ -216,8 +216,9 @@ def test_piper_places_its_words_as_it_speaks_and_no_aligner_runs(
 
     from core.catalog import catalog
     from tests.support import insert_job
-    from workers import alignment, pipeline
+    from workers.book import alignment
     from workers.engines.piper import PiperEngine
+    from workers.jobs import pipeline
     from workers.settings import get_settings
 
     def no_aligner() -> None:
@@ -288,8 +289,9 @@ def test_verify_flags_a_segment_that_dropped_sentences_or_speaks_another_text(
     from core.keys import part_key
     from storage import store_for
     from tests.support import insert_job
-    from workers import assembly, pipeline
+    from workers.book import assembly
     from workers.engines.piper import PiperEngine
+    from workers.jobs import pipeline
     from workers.settings import get_settings
 
     job_id = uuid.UUID(str(insert_job(db, ["\n\n".join(VERIFY_BOOK)], "wav",
@@ -335,7 +337,7 @@ def test_verify_flags_a_segment_that_dropped_sentences_or_speaks_another_text(
 
 
 def test_the_verification_summary_compares_each_segment_with_the_jobs_median() -> None:
-    from workers.alignment import verification, word_error_rate
+    from workers.book.alignment import verification, word_error_rate
 
     assert word_error_rate(["a", "b", "c", "d"], ["a", "x", "c"]) == 0.5
     assert word_error_rate(["a"], []) == 1.0
@@ -387,7 +389,7 @@ def _run_retry_job(db: Engine, engine: Any, wrong: dict[int, list[str]]) -> tupl
     import uuid
 
     from tests.support import insert_job
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     job_id = uuid.UUID(str(insert_job(db, ["\n\n".join(VERIFY_BOOK)], "wav",
                                       {"subtitles": [], "verify": "retry"})))
@@ -421,7 +423,7 @@ def test_verify_retry_synthesises_a_misheard_segment_again_and_records_the_take(
     """A segment that said another segment's words is heard, flagged at assembly and
     synthesised again with a new seed; the job completes with the good take, nothing
     flagged, and the manifest records the take it replaced."""
-    from workers.alignment import RETAKE_SEED
+    from workers.book.alignment import RETAKE_SEED
 
     engine = MisspeakingEngine({})
     job_id, outcomes = _run_retry_job(db, engine, {2: [VERIFY_BOOK[5]]})
@@ -479,8 +481,9 @@ def test_verify_retry_flags_but_never_retakes_a_piper_segment(
     from core.keys import part_key
     from storage import store_for
     from tests.support import insert_job
-    from workers import assembly, pipeline
+    from workers.book import assembly
     from workers.engines.piper import PiperEngine
+    from workers.jobs import pipeline
     from workers.settings import get_settings
 
     job_id = uuid.UUID(str(insert_job(db, ["\n\n".join(VERIFY_BOOK)], "wav",
@@ -505,7 +508,7 @@ def test_verify_retry_flags_but_never_retakes_a_piper_segment(
 
 def test_the_best_take_is_the_lowest_error_rate_and_retakes_stop_at_the_budget() -> None:
     from models import Segment
-    from workers.alignment import best_take, take_seed, to_retake
+    from workers.book.alignment import best_take, take_seed, to_retake
 
     assert best_take(0.5, [{"wer": 0.9}, {"wer": 0.3}]) == 1
     assert best_take(0.2, [{"wer": 0.9}, {"wer": 0.3}]) is None

@@ -86,7 +86,7 @@ def test_fade_edges_start_and_end_at_zero() -> None:
 
 def _book(chapters: list[int]) -> tuple[list[Any], Any]:
     from models import Segment
-    from workers.timeline import Timeline
+    from workers.book.timeline import Timeline
 
     segments = [Segment(index=n, chapter=c, text="x", samples=2400, pause_after=0.1)
                 for n, c in enumerate(chapters)]
@@ -94,7 +94,7 @@ def _book(chapters: list[int]) -> tuple[list[Any], Any]:
 
 
 def test_one_read_of_the_parts_feeds_the_book_and_each_chapter(tmp_path: Path) -> None:
-    from workers.assembly import _encode
+    from workers.book.assembly import _encode
 
     segments, timeline = _book([0, 0, 1])
     blocks = (np.full(2400, 0.1 * (n + 1), np.float32) for n in range(3))
@@ -110,7 +110,7 @@ def test_one_read_of_the_parts_feeds_the_book_and_each_chapter(tmp_path: Path) -
 
 
 def test_a_failing_read_or_encoder_raises_instead_of_hanging(tmp_path: Path) -> None:
-    from workers.assembly import _encode
+    from workers.book.assembly import _encode
 
     segments, timeline = _book([0] * 40 + [1] * 40)
 

@@ -44,7 +44,7 @@ class CastEngine:
 def test_each_segment_is_spoken_in_its_speakers_voice_and_the_files_say_who(
         pipeline_env: None, db: Engine) -> None:
     from storage import store_for
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     options = {"subtitles": ["vtt"], "cast": {
         "alice": {"name": "Alice", "voice": "ryan"}, "bob": {"name": "Bob", "voice": "aiden"}},

@@ -67,8 +67,8 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str,
     """Return the Celery argv `narrator worker` builds for `engine` and `queues` on a host
     of `cores` cores; with several processes, ["supervise", processes, threads]."""
     from narrator import cli
-    from workers import assembly
     from workers.app import celery_app
+    from workers.book import assembly
     from workers.settings import get_settings
 
     monkeypatch.setattr(assembly, "cores", lambda: cores)

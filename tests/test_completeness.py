@@ -65,7 +65,7 @@ def _job(db: Engine, job_id: uuid.UUID) -> tuple[str, dict[str, str] | None, obj
 
 def test_a_job_whose_plan_was_cut_fails_with_a_clear_error_and_no_segments(
         job: uuid.UUID, db: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     def cut(*args: object, **kwargs: object) -> Iterator[Piece]:  # the test hook
         pieces = list(plan_pieces(*args, **kwargs))  # type: ignore[arg-type]
@@ -89,7 +89,7 @@ def _failed(db: Engine, job_id: uuid.UUID, code: str) -> tuple[str, int]:
 
 
 def _synthesize_all(db: Engine, job_id: uuid.UUID) -> None:
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     _, ids = pipeline.plan(job_id)
     assert len(ids) > 2
@@ -100,7 +100,7 @@ def _synthesize_all(db: Engine, job_id: uuid.UUID) -> None:
 def test_a_whole_job_completes_with_its_checks_in_the_manifest(
         job: uuid.UUID, db: Engine, tmp_path: Path) -> None:
     from storage import store_for
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     _synthesize_all(db, job)
     assert pipeline.assemble(job).outcome == "completed"
@@ -115,7 +115,7 @@ def test_a_whole_job_completes_with_its_checks_in_the_manifest(
 def test_a_lost_part_is_synthesised_again_instead_of_completing_short(
         job: uuid.UUID, db: Engine) -> None:
     from storage import store_for
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     _synthesize_all(db, job)
     store_for().delete(part_key(job, 1))
@@ -138,7 +138,7 @@ def test_a_lost_part_is_synthesised_again_instead_of_completing_short(
 
 def test_a_job_missing_a_planned_segment_fails_and_is_never_completed(
         job: uuid.UUID, db: Engine) -> None:
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     _synthesize_all(db, job)
     with db.begin() as connection:

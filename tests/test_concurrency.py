@@ -75,17 +75,17 @@ def test_spoken_form_under_threads_matches_the_sequential_one(language: str) -> 
 
 def test_the_engine_is_built_once_when_threads_ask_for_it_together(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import workers.engine
+    import workers.runtime.engine
     import workers.settings
 
     monkeypatch.setenv("NARRATOR_ENGINE", "piper")
     workers.settings.get_settings.cache_clear()
-    workers.engine.reset_engine()
+    workers.runtime.engine.reset_engine()
     try:
-        engines = _at_once([workers.engine.get_engine] * THREADS)
+        engines = _at_once([workers.runtime.engine.get_engine] * THREADS)
         assert len({id(engine) for engine in engines}) == 1
     finally:
-        workers.engine.reset_engine()
+        workers.runtime.engine.reset_engine()
         workers.settings.get_settings.cache_clear()
 
 

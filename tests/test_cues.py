@@ -1,4 +1,4 @@
-"""Subtitle cues from aligned words (workers.timeline.sentence_cues), with the estimate as the
+"""Subtitle cues from aligned words (workers.book.timeline.sentence_cues), with the estimate as the
 fallback, and the manifest's record of which each segment got."""
 
 import uuid
@@ -9,7 +9,7 @@ import pytest
 from core.normalize import spoken
 from models import Job, Segment
 from workers.aligners import Word, words_of
-from workers.timeline import Timeline, manifest, sentence_cues, word_track
+from workers.book.timeline import Timeline, manifest, sentence_cues, word_track
 
 RATE = 1000  # one sample a millisecond: spans read as ms
 TEXT = "It was 3:45 p.m. on the pier. Dr. Marsh waved."
@@ -91,7 +91,7 @@ LONG = ("When the ferry finally reached the island, long after the sun had gone 
 
 
 def test_a_long_sentence_is_cut_at_its_clauses_from_their_own_words() -> None:
-    from workers.timeline import CUE_MAX_CHARS, clauses
+    from workers.book.timeline import CUE_MAX_CHARS, clauses
 
     pieces = clauses(LONG)
     assert " ".join(pieces) == LONG

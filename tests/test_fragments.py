@@ -17,7 +17,7 @@ from models.db import session_scope
 from storage import MediaStore
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from tests.support import insert_job
-from workers import assembly, fragments
+from workers.book import assembly, fragments
 
 RATE = 24000
 
@@ -187,7 +187,8 @@ def test_fragments_encoded_as_segments_finish_are_what_the_assembly_joins(
         fragment_job: uuid.UUID, monkeypatch: pytest.MonkeyPatch) -> None:
     from storage import store_for
     from tests.test_quality import Scripted
-    from workers import pipeline, progressive
+    from workers.book import progressive
+    from workers.jobs import pipeline
     from workers.settings import get_settings
 
     monkeypatch.setenv("NARRATOR_SEGMENT_CHARS", "30")
@@ -226,7 +227,8 @@ def test_fragments_encoded_as_segments_finish_are_what_the_assembly_joins(
 def _synthesize_ahead(job_id: uuid.UUID, seconds: float) -> None:
     """Synthesise every segment, encoding each fragment as its segments finish."""
     from tests.test_quality import Scripted
-    from workers import pipeline, progressive
+    from workers.book import progressive
+    from workers.jobs import pipeline
 
     _, ids = pipeline.plan(job_id)
     for segment_id in ids:
@@ -240,7 +242,7 @@ def test_a_fragment_of_a_segment_synthesised_again_is_not_reused(
     from core.keys import part_key
     from storage import store_for
     from tests.test_quality import Scripted
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     _synthesize_ahead(fragment_job, 1.0)
     store_for().delete(part_key(fragment_job, 0))  # lost: the assembly sends it back
@@ -256,7 +258,7 @@ def test_a_kept_fragment_cut_short_is_encoded_again(
         fragment_job: uuid.UUID, monkeypatch: pytest.MonkeyPatch) -> None:
     """As one still being written by a fragment task when the assembly reads it would be."""
     from storage import store_for
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     _synthesize_ahead(fragment_job, 1.5)
     store = store_for()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from workers.engines.engine_process import EngineProcess
-from workers.partition import Partition
+from workers.runtime.partition import Partition
 
 # A cold engine start captures CUDA graphs for minutes, and vLLM's imports warn.
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1200), pytest.mark.filterwarnings("default")]
@@ -30,7 +30,7 @@ def _cuda() -> bool:
 def test_real_engine_synthesizes_batches_and_streams(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NARRATOR_ENGINE", "vllm-omni")
     monkeypatch.setenv("NARRATOR_MODEL", os.environ["NARRATOR_TEST_GPU_MODEL"])
-    from workers.engine import get_engine
+    from workers.runtime.engine import get_engine
 
     engine = get_engine()
     assert isinstance(engine, EngineProcess)  # the worker's default: AsyncOmni in a child
@@ -49,8 +49,8 @@ def _check_partition(engine: EngineProcess) -> Partition:
     GPU (its deploy config's memory shares fit), and streams while the batch engine works."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from workers.engine import realtime_engine, start_partition
     from workers.engines import SpeechRequest
+    from workers.runtime.engine import realtime_engine, start_partition
 
     partition = start_partition(lambda _engine: None, lambda: None)
     assert partition is not None

@@ -99,7 +99,7 @@ def test_a_saturated_worker_answers_sync_and_streamed_speech_at_once(gpu_stack: 
 
 
 def test_realtime_requests_run_on_an_engine_that_holds_no_batch_work(gpu_stack: Stack) -> None:
-    """The realtime partition (workers/partition.py): with a job filling the batch engine,
+    """The realtime partition (workers/runtime/partition.py): with a job filling the batch engine,
     every step of every sync and streamed request runs on the second engine (the realtime
     deploy config), and no step of theirs carries a batch sequence. The double logs each
     realtime step with the priorities of everything its engine held then."""

@@ -28,8 +28,8 @@ from core.text import (
     strip_pauses,
     voiced_runs,
 )
+from workers.book.timeline import subtitles
 from workers.speech import groups
-from workers.timeline import subtitles
 
 GAPS = Gaps(0.25, 0.6, 1.5)
 

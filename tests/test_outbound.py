@@ -46,7 +46,7 @@ def test_public_and_allow_listed_addresses_pass() -> None:
 
 
 def test_the_worker_refuses_a_private_url_before_connecting() -> None:
-    from workers import webhooks
+    from workers.jobs import webhooks
 
     with pytest.raises(outbound.RefusedURL, match=r"10\.9\.9\.9"):
         webhooks.deliver("http://10.9.9.9:1/hook", b"{}")
@@ -73,7 +73,7 @@ def test_a_delivery_connects_to_the_address_it_checked(monkeypatch: pytest.Monke
     import socket
     import threading
 
-    from workers import webhooks
+    from workers.jobs import webhooks
     from workers.settings import get_settings
 
     seen: list[str] = []

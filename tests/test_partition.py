@@ -1,11 +1,11 @@
-"""Where a GPU worker sends realtime requests (workers/partition.py): its realtime partition
+"""Where a GPU worker sends realtime requests (workers/runtime/partition.py): its realtime partition
 while the batch engine holds batch work, the batch engine while that is idle or while the
 partition is starting, has failed or has lost its process; a lost one is started again."""
 
 import threading
 from typing import Any
 
-from workers.partition import Partition
+from workers.runtime.partition import Partition
 
 
 class Engine:
@@ -63,7 +63,7 @@ def test_a_partition_whose_process_died_is_started_again_and_the_batch_engine_an
     batch.batch_in_flight = 64
     partition = started(batch, realtime)
     realtime.running = False  # its child process died
-    monkeypatch.setattr("workers.partition.RESTART_SECONDS", 0.0)
+    monkeypatch.setattr("workers.runtime.partition.RESTART_SECONDS", 0.0)
     assert picked(partition) is batch
     partition.join(5)
     assert realtime.starts == 2

@@ -9,8 +9,8 @@ from sqlalchemy import Engine, text
 from core.catalog import catalog
 from core.settings import CoreSettings
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
-from workers import quality
 from workers.engines import Audio, SpeechRequest
+from workers.jobs import quality
 
 
 def test_check_finds_runaway_and_truncated_lengths() -> None:
@@ -81,7 +81,7 @@ def _row(db: Engine, segment_id: uuid.UUID) -> tuple[int, dict[str, object], flo
 
 def test_a_runaway_segment_is_synthesised_again_with_a_new_seed(
         pipeline_env: None, db: Engine) -> None:
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     segment_id = _segment(db, 100)  # expected about 6 s
     engine = Scripted([60.0, 6.2])
@@ -95,7 +95,7 @@ def test_a_runaway_segment_is_synthesised_again_with_a_new_seed(
 
 def test_a_segment_that_never_passes_keeps_the_closest_take_and_is_flagged(
         pipeline_env: None, db: Engine) -> None:
-    from workers import pipeline
+    from workers.jobs import pipeline
 
     segment_id = _segment(db, 100)
     pipeline.synthesize(segment_id, engine=Scripted([60.0, 0.2, 40.0]))

@@ -123,10 +123,10 @@ def test_nothing_to_align_gives_none_without_loading(monkeypatch: pytest.MonkeyP
 
 def test_aligner_qwen3_aligns_on_the_gpu_and_hears_with_pocketsphinx(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """ALIGNER=qwen3: the worker's checker (workers/alignment.py) places words with the GPU
+    """ALIGNER=qwen3: the worker's checker (workers/book/alignment.py) places words with the GPU
     aligner; the recognition check keeps PocketSphinx's pool."""
     import workers.settings
-    from workers import alignment
+    from workers.book import alignment
 
     monkeypatch.setenv("NARRATOR_ALIGNER", "qwen3")
     monkeypatch.setenv("NARRATOR_ALIGNER_MODEL", "/models/qwen3-forced-aligner")
@@ -180,7 +180,7 @@ def test_word_times_are_accepted_in_the_languages_the_aligner_covers(
     import api.settings
     import workers.settings
     from api.schemas import JobBody
-    from workers import alignment
+    from workers.book import alignment
 
     monkeypatch.setenv("NARRATOR_ALIGNER", aligner)
     api.settings.get_settings.cache_clear()
@@ -214,7 +214,7 @@ def test_verify_is_accepted_in_the_languages_the_recognizer_hears(
     import workers.settings
     from api.schemas import JobBody
     from models import Job
-    from workers import alignment
+    from workers.book import alignment
 
     monkeypatch.setenv("NARRATOR_RECOGNIZER", recognizer)
     api.settings.get_settings.cache_clear()
@@ -282,8 +282,8 @@ def test_recognizer_qwen3_hears_on_the_gpu_and_aligns_with_pocketsphinx(
     and aligns with PocketSphinx's pool; what the GPU model heard (no times) is never used to
     place the words, and the segment's word error rate comes from it."""
     import workers.settings
-    from workers import alignment
     from workers.aligners import qwen3_asr
+    from workers.book import alignment
 
     monkeypatch.setenv("NARRATOR_RECOGNIZER", "qwen3")
     monkeypatch.setenv("NARRATOR_RECOGNIZER_BATCH", "5")
@@ -308,8 +308,8 @@ def test_with_both_gpu_models_the_recognizer_loads_first(monkeypatch: pytest.Mon
     order measured on the H100 (its vLLM engine core in a process of its own, the aligner's
     in this one), whichever call comes first."""
     import workers.settings
-    from workers import alignment
     from workers.aligners import qwen3_asr
+    from workers.book import alignment
 
     order: list[str] = []
 

@@ -36,7 +36,7 @@ def _status(db: Engine, table: str, row_id: uuid.UUID) -> str:
 
 def test_a_lost_segment_is_requeued_with_a_doubling_delay(pipeline_env: None,
                                                           db: Engine) -> None:
-    from workers import reaper
+    from workers.jobs import reaper
 
     sent: Sent = []
     first = _lost_segment(db, attempts=1)[1]
@@ -54,7 +54,7 @@ def test_a_lost_segment_is_requeued_with_a_doubling_delay(pipeline_env: None,
 
 def test_a_segment_past_its_budget_fails_its_job_and_tells_the_owner(pipeline_env: None,
                                                                      db: Engine) -> None:
-    from workers import reaper
+    from workers.jobs import reaper
 
     sent: Sent = []
     job_id, segment_id = _lost_segment(db, attempts=3)

@@ -49,7 +49,7 @@ class WorkerSettings(CoreSettings):
     # exits. Keep it under the supervisor's own limit (Kubernetes' terminationGracePeriod,
     # 30 s by default; compose's stop_grace_period, 2 and 5 minutes in docker-compose.yml).
     worker_shutdown_grace_seconds: float = 25.0
-    # Recycling (workers/recycle.py): past this many tasks or this resident size (MiB) of
+    # Recycling (workers/runtime/recycle.py): past this many tasks or this resident size (MiB) of
     # the worker's own process, it stops as on SIGTERM and starts itself again; 0: never.
     # The RSS limit is about 4x a Piper worker's steady state (450-470 MiB in the soak).
     # A GPU worker's engine child outlives the recycle (the new image adopts it, warm), and
@@ -104,7 +104,7 @@ class WorkerSettings(CoreSettings):
     vllm_warmup_tokens: int = 100
     # The engine in a child process of its own, away from the worker's GIL (bench.gpu_engine).
     vllm_engine_process: bool = True
-    # The realtime partition (workers/partition.py): a second, small engine of the same
+    # The realtime partition (workers/runtime/partition.py): a second, small engine of the same
     # checkpoint on the same GPU, started once the batch engine is warm, that serves only
     # the realtime lane (sync and streamed speech), so a realtime request's engine steps
     # never carry batch segments. Until it is warm, or if it fails, the lane uses the batch

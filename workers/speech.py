@@ -15,8 +15,8 @@ from core.channel import Channel, Message, channel_for
 from core.lexicon import reader_for
 from core.registry import worker_id
 from core.text import clauses, clean, paragraphs, sentences
-from workers.engine import realtime_engine
 from workers.engines import Audio, Engine, SpeechRequest
+from workers.runtime.engine import realtime_engine
 from workers.settings import get_settings
 
 log = structlog.get_logger()

@@ -44,12 +44,15 @@ from core.queues import (
 )
 from core.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
 from storage import STORAGE_ERRORS
-from workers import alignment, pipeline, progressive, reaper, recycle, speech, webhooks
+from workers import speech
 from workers.app import celery_app
-from workers.engine import get_engine, loaded_engine, partition, start_partition
+from workers.book import alignment, progressive
 from workers.engines import Engine, SpeechRequest
-from workers.liveness import Heart, mark_ready
-from workers.realtime import RealtimeLane
+from workers.jobs import pipeline, reaper, webhooks
+from workers.runtime import recycle
+from workers.runtime.engine import get_engine, loaded_engine, partition, start_partition
+from workers.runtime.lane import RealtimeLane
+from workers.runtime.liveness import Heart, mark_ready
 from workers.settings import WorkerSettings, get_settings
 
 log = structlog.get_logger()
@@ -126,7 +129,7 @@ def _task_ended(**_: Any) -> None:
 
 
 def _recycle(reason: str) -> None:
-    """Stop as on SIGTERM, then exec a fresh image of this worker (workers/recycle.py);
+    """Stop as on SIGTERM, then exec a fresh image of this worker (workers/runtime/recycle.py);
     the engine's child process stays up for it (_leave detaches it)."""
     log.warning("worker.recycling", reason=reason)
     atexit.register(recycle.restart)  # after the warm shutdown below has finished
@@ -165,7 +168,7 @@ def warm_up(engine: Engine, settings: WorkerSettings) -> None:
 
 
 def warm_up_realtime(engine: Engine, settings: WorkerSettings) -> None:
-    """Warm the realtime partition (workers/partition.py): VLLM_REALTIME_SEQUENCES whole
+    """Warm the realtime partition (workers/runtime/partition.py): VLLM_REALTIME_SEQUENCES whole
     answers and as many streamed ones at once, every batch size its deploy config has."""
     if served := getattr(engine, "served_before", 0):  # a recycle adopted it, warm
         log.info("engine.warm_up_skipped", served=served, partition="realtime")

@@ -67,7 +67,7 @@ class OneThread(ABC):
     def __init__(self, model: str, *, memory: float, batch: int, load_format: str,
                  max_model_len: int) -> None:
         self.model = model
-        self.processes = batch  # what checks_for runs at once (workers/alignment.py)
+        self.processes = batch  # what checks_for runs at once (workers/book/alignment.py)
         self._options = {"gpu_memory_utilization": memory, "load_format": load_format,
                          "max_model_len": max_model_len}
         self._batch = batch

@@ -1,4 +1,4 @@
-"""Speech engines behind one small protocol (the worker builds one: workers/engine.py).
+"""Speech engines behind one small protocol (the worker builds one: workers/runtime/engine.py).
 
 Engines import no Celery, database or storage code: reference clips come in as a callable.
 """

@@ -18,17 +18,16 @@ import numpy as np
 import soundfile as sf
 import structlog
 
-from core.audio import EXTENSIONS, Mark, fade_edges, loudness_normalize
+from core.audio import EXTENSIONS, Audio, Mark, fade_edges, loudness_normalize
 from core.audio import encode_to as encode_blocks
 from core.keys import parts_prefix, version_prefix
 from core.lexicon import reader_for
 from models import Job, Segment
 from storage import MediaStore
-from workers import fragments, mastering
-from workers.engines import Audio
-from workers.tags import TAGGED, Tags, book_tags
-from workers.tags import write as write_tags
-from workers.timeline import (
+from workers.book import fragments, mastering
+from workers.book.tags import TAGGED, Tags, book_tags
+from workers.book.tags import write as write_tags
+from workers.book.timeline import (
     Span,
     Timeline,
     Words,
@@ -231,7 +230,7 @@ def tags_of(job: Job, store: MediaStore) -> Tags | None:
 
 
 def kept_fragment(store: MediaStore, key: str) -> fragments.Encoded | None:
-    """Return a group's fragment encoded earlier (workers.progressive.encode_fragment), if any."""
+    """Return a group's fragment encoded earlier (progressive.encode_fragment), if any."""
     try:
         with store.open(key) as f:
             book = f.read()

@@ -5,7 +5,7 @@ the CPU workers' `assembly` queue (never the GPU worker: PocketSphinx holds the 
 decodes, which would stall the engine's output loop). The words it finds are kept in
 `parts/{n}-{attempt}-{samples}.words.json`, so the words of a part synthesised again are
 never used. The assembly checks the segments not checked by then (checks_for),
-and builds subtitle cues from them (workers.timeline.sentence_cues); a segment that does not
+and builds subtitle cues from them (workers.book.timeline.sentence_cues); a segment that does not
 align keeps the estimate, and the manifest says which.
 """
 
@@ -27,10 +27,10 @@ from core.lexicon import reader_for
 from models import Job, JobStatus, Segment, SegmentStatus
 from models.db import session_scope
 from storage import MediaStore, store_for
-from workers import assembly
 from workers.aligners import Aligner, Word, placed, words_of
 from workers.aligners.pool import PooledAligner
-from workers.assembly import cores
+from workers.book import assembly
+from workers.book.assembly import cores
 from workers.settings import get_settings
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ class Pass:
     @property
     def lost(self) -> ColumnElement[bool]:
         """Segments running that nobody beats for: a live worker refreshes the heartbeat of
-        each segment it runs every WORKER_HEARTBEAT_SECONDS (workers.liveness)."""
+        each segment it runs every WORKER_HEARTBEAT_SECONDS (workers.runtime.liveness)."""
         return (Segment.status == SegmentStatus.running) & (Segment.heartbeat_at < self.live_since)
 
 

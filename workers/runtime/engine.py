@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from core.catalog import Qwen3Config, catalog, resolve_model_dir
 from workers.engines import Engine
-from workers.partition import Partition
+from workers.runtime.partition import Partition
 from workers.settings import get_settings
 from workers.voices import load_reference
 
@@ -70,7 +70,7 @@ def _load() -> Engine:
 
 def vllm_from_settings(realtime: bool = False) -> "VllmOmniEngine":
     """Build the engine NARRATOR_* settings describe (in the worker, or in its engine process);
-    `realtime`: the realtime partition's (workers/partition.py), never under MPS."""
+    `realtime`: the realtime partition's (workers/runtime/partition.py), never under MPS."""
     from workers.engines.vllm_omni import DEPLOY_DIR, VllmOmniEngine, cache_environment
 
     settings = get_settings()

@@ -3,7 +3,7 @@
 One LAME stream runs on one core, so a whole book encoded as one stream after its last
 segment took minutes (an hour of audio: 28 s on 2 cores). Instead the book is cut at its
 silences into fragments, each encoded on its own (on a CPU worker as soon as its segments are
-done, workers/progressive.py, or on the assembly's threads), and their audio frames are
+done, workers/book/progressive.py, or on the assembly's threads), and their audio frames are
 copied into one file behind one Xing/LAME tag (core.mp3): the first fragment's encoder delay
 and the last one's padding, so decoders trim exactly those.
 
@@ -34,7 +34,7 @@ import numpy as np
 from core import mp3
 from core.audio import Audio, Mark, chapter_entries, encode
 from models import Segment
-from workers.timeline import frame_span, gap_samples
+from workers.book.timeline import frame_span, gap_samples
 
 FORMATS = ("mp3", "m4b")  # the formats whose books are joined from fragments
 AAC_FRAME = 1024

@@ -27,11 +27,12 @@ from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models.db import session_scope
 from models.transitions import transition
 from storage import MediaStore, store_for
-from workers import alignment, assembly, quality
 from workers.aligners import Word
-from workers.engine import get_engine
+from workers.book import alignment, assembly
 from workers.engines import Audio, Engine, SpeechRequest
-from workers.liveness import holding
+from workers.jobs import quality
+from workers.runtime.engine import get_engine
+from workers.runtime.liveness import holding
 from workers.settings import get_settings
 
 log = structlog.get_logger()

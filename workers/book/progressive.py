@@ -1,7 +1,7 @@
 """Progressive assembly: each MP3 or m4b fragment encoded as soon as its segments are done.
 
 A GPU worker that finishes a segment asks `fragment_ready`; if the segment completed a
-fragment (workers/fragments.py), a CPU worker runs `encode_fragment` from the assembly
+fragment (workers/book/fragments.py), a CPU worker runs `encode_fragment` from the assembly
 queue while the GPU goes on with the rest of the book. The assembly joins what was kept and
 encodes the rest, so this is only ever a head start.
 """
@@ -13,14 +13,14 @@ import structlog
 from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
+from core.audio import Audio
 from core.keys import part_key, parts_prefix
 from models import Job, JobStatus, Segment, SegmentStatus
 from models.db import session_scope
 from storage import store_for
-from workers import assembly, fragments
-from workers.engines import Audio
+from workers.book import assembly, fragments
+from workers.book.timeline import cuts_after
 from workers.settings import get_settings
-from workers.timeline import cuts_after
 
 log = structlog.get_logger()
 
