@@ -222,7 +222,7 @@ def test_warm_up_fills_the_batch_and_the_realtime_headroom_at_once(config: Qwen3
     """The warm-up reaches the deploy config's max_num_seqs: the in-flight bound of whole
     requests plus its realtime sequences, streamed, all in the engine together."""
     from workers.settings import WorkerSettings
-    from workers.tasks import warm_up
+    from workers.runtime.warmup import warm_up
 
     slow = SlowOmni(seconds_per_frame=0.05)  # 20 frames: each request holds 1 s
     engine = VllmOmniEngine(qwen3_model(str(MODEL)), config, omni_factory=lambda: slow,

@@ -1,14 +1,8 @@
-"""Celery tasks: thin wrappers that take ids, call the pipeline and enqueue after commit."""
+"""Celery's layer: tasks that take ids, call the job code and enqueue what comes next, and
+the worker signals connected to the process's life (workers/runtime/process.py)."""
 
-import atexit
-import contextlib
-import os
-import signal
-import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -24,7 +18,7 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from core import metrics, outbound, queues, tracing
+from core import metrics, outbound, queues
 from core.backoff import backoff
 from core.catalog import catalog
 from core.queues import (
@@ -36,68 +30,56 @@ from core.queues import (
     NOTIFY,
     PLAN,
     PLAN_MANY,
-    REALTIME,
     SPEAK,
     SYNTHESIZE,
     model_queues,
-    split_queues,
 )
-from core.registry import REFRESH_SECONDS, WorkerRecord, registry_for, worker_id
+from core.registry import registry_for
 from storage import STORAGE_ERRORS
 from workers import speech
 from workers.app import celery_app
 from workers.book import alignment, progressive
-from workers.engines import Engine, SpeechRequest
 from workers.jobs import pipeline, reaper, webhooks
-from workers.runtime import recycle
-from workers.runtime.engine import get_engine, loaded_engine, partition, start_partition
-from workers.runtime.lane import RealtimeLane
-from workers.runtime.liveness import Heart, mark_ready
-from workers.settings import WorkerSettings, get_settings
+from workers.runtime.process import Hooks, WorkerProcess
+from workers.runtime.warmup import WARM_UP_TEXT
+from workers.settings import get_settings
 
 log = structlog.get_logger()
 
 
-class _Presence:
-    """This worker's record in the registry, refreshed by a daemon thread."""
-
-    def __init__(self) -> None:
-        settings = get_settings()
-        self.registry = registry_for(settings)
-        self.queues = tuple(q for q in settings.worker_queues.split(",") if q)
-        # The models whose queues this worker consumes (all, when it was given none): a
-        # worker that takes only shared queues (`--queues assembly`) serves no model, and
-        # reads no catalogue (it needs no engine's package, not even Piper's voice).
-        serves = not self.queues or any(q.startswith((f"{REALTIME}.", f"{BATCH}."))
-                                        for q in self.queues)
-        self.models = tuple(m for m in catalog(settings) if not self.queues
-                            or set(model_queues(m.id)) & set(self.queues)) if serves else ()
-        self.state = "warming"
-        self.reason = ""
-        self.id = worker_id()
-        self.stopped = threading.Event()
-
-    def publish(self) -> None:
-        try:
-            realtime = partition()
-            self.registry.publish(WorkerRecord(self.id, self.state, self.queues, self.models,
-                                               time.time(), self.reason,
-                                               realtime.status if realtime else ""))
-        except Exception:  # the registry is advisory: never let it stop the worker
-            log.warning("worker.registry_failed", worker=self.id, exc_info=True)
-
-    def refresh(self) -> None:
-        while not self.stopped.wait(REFRESH_SECONDS):
-            self.publish()
-
-
-_presence: _Presence | None = None
-_busy: metrics.BusyMeter | None = None
-_lane: RealtimeLane | None = None
-_heart: Heart | None = None
-_recycler: recycle.Recycler | None = None
-STARTUP_FAILED_EXIT = 3  # the worker's exit status when its start fails (its engine too)
 WEBHOOK_MAX_ATTEMPTS = 11
+
+
+def _before_engine() -> None:
+    """Before the engine: zeroed metric series, and pysbd's import and first split (sync
+    speech splits its text on vLLM-Omni; on the H100 the first streamed request after the
+    warm-up took 178-195 ms, 53 ms after it, with pysbd's modules compiling at that moment,
+    and an assembly worker imported it in its first book's assembly, for its cues)."""
+    presence = worker.presence
+    models = [m.id for m in presence.models] if presence else []
+    metrics.zero(models, [*reaper.SWEEPS, "expired"])
+    speech.groups(WARM_UP_TEXT + " " + WARM_UP_TEXT, "en", 2)
+
+
+def _start_reaper() -> None:
+    settings = get_settings()
+    reaper.start(settings.reaper_interval_seconds, settings.segment_stale_seconds, _enqueue,
+                 settings.segment_max_attempts, settings.retry_backoff_seconds,
+                 settings.worker_dead_seconds)
+
+
+def _hand_back() -> None:
+    """Hand the segments this worker still holds back to the broker (shutdown's grace over)."""
+    held = pipeline.hand_back()
+    for segment_id, model in held:
+        _enqueue(SYNTHESIZE, str(segment_id), model, 0.0)
+    log.warning("worker.handed_back", segments=len(held),
+                grace_seconds=get_settings().worker_shutdown_grace_seconds)
+
+
+worker = WorkerProcess(Hooks(before_engine=_before_engine, ready=_start_reaper,
+                             speak=speech.speak, hand_back=_hand_back,
+                             connection=celery_app.connection_for_read))
 
 
 @task_prerun.connect
@@ -105,8 +87,7 @@ def _task_started(task_id: str, task: Task[Any, Any], **_: Any) -> None:
     """Every log line of a task carries its name and id (segments add job_id and segment)."""
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(task=task.name, task_id=task_id)
-    if _busy is not None:
-        _busy.begin()
+    worker.task_started()
 
 
 @task_received.connect
@@ -121,261 +102,34 @@ def _taken(request: Any, **_: Any) -> None:
 
 @task_postrun.connect
 def _task_ended(**_: Any) -> None:
-    if _busy is not None:
-        _busy.end()
     structlog.contextvars.clear_contextvars()
-    if _recycler is not None and (reason := _recycler.task_done()):
-        _recycle(reason)
-
-
-def _recycle(reason: str) -> None:
-    """Stop as on SIGTERM, then exec a fresh image of this worker (workers/runtime/recycle.py);
-    the engine's child process stays up for it (_leave detaches it)."""
-    log.warning("worker.recycling", reason=reason)
-    atexit.register(recycle.restart)  # after the warm shutdown below has finished
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _recycle_on_sighup(_signum: int, _frame: Any) -> None:
-    """SIGHUP: recycle now (an operator's `kill -HUP`), as WORKER_MAX_TASKS would."""
-    if _recycler is not None and _recycler.force():
-        _recycle("SIGHUP")
-
-
-def warm_up(engine: Engine, settings: WorkerSettings) -> None:
-    """Run the engine through the shapes a job and sync speech use, before taking work.
-
-    On vLLM-Omni: a full batch (VLLM_WARMUP_BATCH, default the in-flight bound) of whole
-    requests through both stages at segment length, and at the same time
-    VLLM_REALTIME_SEQUENCES streamed realtime requests, so the engine meets every batch size
-    up to its deploy config's max_num_seqs before the first job does. On the H100, the first
-    realtime requests beside a full batch met a Triton compile (392 ms to first audio)
-    when the warm-up stopped at the batch.
-    """
-    voice = engine.info.voices[0].id if engine.info.voices else ""
-    if not voice:
-        engine.start()
-        return
-    if engine.info.engine != "vllm-omni":
-        engine.synthesize([SpeechRequest(text="Ready.", voice=voice)])
-        return
-    engine.start()
-    if served := getattr(engine, "served_before", 0):  # a recycle adopted a warm engine
-        log.info("engine.warm_up_skipped", served=served)
-        return
-    _warm(engine, settings, settings.vllm_warmup_batch or settings.vllm_max_in_flight,
-          realtime=False)
-
-
-def warm_up_realtime(engine: Engine, settings: WorkerSettings) -> None:
-    """Warm the realtime partition (workers/runtime/partition.py): VLLM_REALTIME_SEQUENCES whole
-    answers and as many streamed ones at once, every batch size its deploy config has."""
-    if served := getattr(engine, "served_before", 0):  # a recycle adopted it, warm
-        log.info("engine.warm_up_skipped", served=served, partition="realtime")
-        return
-    _warm(engine, settings, settings.vllm_realtime_sequences, realtime=True)
-
-
-def _warm(engine: Engine, settings: WorkerSettings, batch: int, realtime: bool) -> None:
-    """Run `batch` whole requests and VLLM_REALTIME_SEQUENCES streamed ones at once."""
-    voice = engine.info.voices[0].id
-    request = SpeechRequest(text=WARM_UP_TEXT, voice=voice,
-                            max_new_tokens=settings.vllm_warmup_tokens, realtime=realtime)
-    streams = settings.vllm_realtime_sequences
-    started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=1 + streams, thread_name_prefix="warm-up") as pool:
-        whole = pool.submit(engine.synthesize, [replace(request, request_id=f"warm-up-{n}")
-                                                for n in range(batch)])
-        streamed = [pool.submit(lambda n: list(engine.stream(replace(
-            request, request_id=f"warm-up-stream-{n}", realtime=True))), n)
-            for n in range(streams)]
-        for future in [whole, *streamed]:
-            future.result()
-    log.info("engine.warmed_up", batch=batch, streams=streams, realtime=realtime,
-             frames=settings.vllm_warmup_tokens, seconds=round(time.perf_counter() - started, 1))
-
-
-WARM_UP_TEXT = ("The warm-up runs every shape of work once, so that the first job after a "
-                "start runs as fast as the ones after it.")
+    worker.task_ended()
 
 
 @worker_init.connect
-def _warm_engine(**_: Any) -> None:
-    """Start the worker: registry, heartbeat, reaper, and the engine warmed up, before it
-    takes tasks (solo/threads pools). The worker consumes nothing until this returns.
-
-    Any failure here ends the worker with status STARTUP_FAILED_EXIT before it consumes
-    anything, its registry record saying why (/readyz lists it); the process supervisor
-    (compose's restart policy, Kubernetes) restarts it with backoff. Celery would log an
-    exception from this handler and consume anyway: a worker that said it was ready but
-    never registered, while others took its work.
-    """
-    try:
-        _start()
-    except SystemExit:
-        raise
-    except BaseException as exc:
-        reason = f"{type(exc).__name__}: {exc}"[:1000]
-        log.error("worker.start_failed", reason=reason, exc_info=True)
-        _failed(reason)
-        raise SystemExit(STARTUP_FAILED_EXIT) from exc
-
-
-def _failed(reason: str) -> None:
-    """Publish a failed record (a bare one if the start failed before the presence existed)
-    and stop what was started."""
-    settings = get_settings()
-    try:
-        if _presence is not None:
-            _presence.stopped.set()
-            _presence.state, _presence.reason = "failed", reason
-            _presence.publish()
-        else:
-            registry_for(settings).publish(WorkerRecord(
-                worker_id(), "failed", tuple(q for q in settings.worker_queues.split(",") if q),
-                (), time.time(), reason))
-    except Exception:
-        log.warning("worker.registry_failed", exc_info=True)
-    for engine in _engines():
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
-    if _heart is not None:
-        _heart.stop()
-
-
-def _start() -> None:
-    """What _warm_engine guards (its docstring)."""
-    global _presence, _busy, _lane, _heart, _recycler
-    log.info("worker.initialising")  # Celery has started (a restart's timeline)
-    settings = get_settings()
-    tracing.setup("narrator-worker")  # before the engines and the task signals
-    mark_ready(settings.ready_file, False)  # a previous run's, in the same container
-    _recycler = recycle.Recycler(settings.worker_max_tasks, settings.worker_max_rss_mb)
-    _heart = Heart(settings.worker_heartbeat_seconds)
-    _heart.start()  # before any claim: a segment's worker must be seen alive
-    _presence = _Presence()
-    _busy = metrics.BusyMeter(_presence.id)
-    _busy.start()
-    metrics.zero([m.id for m in _presence.models], [*reaper.SWEEPS, "expired"])
-    if settings.metrics_port:
-        metrics.serve(settings.metrics_port)
-    _presence.publish()
-    threading.Thread(target=_presence.refresh, name="registry", daemon=True).start()
-    # pysbd's import and first split, before any task needs them: sync speech splits its
-    # text on vLLM-Omni (on the H100 the first streamed request after the warm-up took
-    # 178-195 ms, 53 ms after it, with pysbd's modules compiling at that moment), and an
-    # assembly worker imported it in its first book's assembly (its cues).
-    speech.groups(WARM_UP_TEXT + " " + WARM_UP_TEXT, "en", 2)
-    engine = get_engine() if _presence.models else None
-    if engine is not None:
-        warm_up(engine, settings)
-    _presence.state = "ready"
-    _presence.publish()
-    reaper.start(settings.reaper_interval_seconds, settings.segment_stale_seconds, _enqueue,
-                 settings.segment_max_attempts, settings.retry_backoff_seconds,
-                 settings.worker_dead_seconds)
-    lane_queues = split_queues(list(_presence.queues))[1]
-    if lane_queues:
-        _lane = RealtimeLane(celery_app.connection_for_read(), lane_queues,
-                             settings.realtime_lane_threads, speech.speak)
-        _lane.start()
-        if engine is not None:  # the lane gets an engine of its own once it is warm
-            start_partition(lambda e: warm_up_realtime(e, settings), _presence.publish)
-    if engine is not None:
-        log.info("engine.ready", engine=engine.info.engine, model=engine.info.id)
-    else:
-        log.info("worker.ready", queues=list(_presence.queues), engine=None)
+def _starting(**_: Any) -> None:
+    worker.start()  # the engine warm before Celery consumes (WorkerProcess.start)
 
 
 @worker_ready.connect
 def _consuming(**_: Any) -> None:
-    """Say so to the supervisor (READY_FILE) once the engine is warm and Celery consumes;
-    from now on SIGHUP recycles the worker (Celery's own SIGHUP handler, set as it starts,
-    would exec sys.argv, which is not how `narrator worker` was started)."""
-    mark_ready(get_settings().ready_file, True)
-    signal.signal(signal.SIGHUP, _recycle_on_sighup)
+    worker.consuming()
 
 
 @worker_shutting_down.connect
 def _shutting_down(**_: Any) -> None:
-    """On SIGTERM: stop taking sync requests now, and start the grace period's clock.
-
-    Celery's warm shutdown stops consuming and waits for the tasks in flight; if they have
-    not finished within WORKER_SHUTDOWN_GRACE_SECONDS (a GPU worker holds 64 segments of up
-    to tens of seconds each), the worker hands them back and exits without waiting.
-    """
-    mark_ready(get_settings().ready_file, False)
-    if _lane is not None:
-        _lane.should_stop = True
-    grace = get_settings().worker_shutdown_grace_seconds
-    threading.Thread(target=_hand_back_after, args=(grace,), name="shutdown-grace",
-                     daemon=True).start()
-
-
-def _hand_back_after(grace: float) -> None:
-    time.sleep(grace)  # a worker that finishes its tasks first has exited by now
-    try:
-        held = pipeline.hand_back()
-        for segment_id, model in held:
-            _enqueue(SYNTHESIZE, str(segment_id), model, 0.0)
-        log.warning("worker.handed_back", segments=len(held), grace_seconds=grace)
-    except Exception:  # the database or broker is down: the reaper hands them on instead
-        log.exception("worker.hand_back_failed")
-    _leave(finish=False)
-    if _recycler is not None and _recycler.due:
-        _detach_engine()
-        recycle.restart()
-    os._exit(0)  # the engine's child sees its parent go and shuts the engine down
-
-
-def _detach_engine() -> None:
-    """Leave the engine's child running for the recycled image, which adopts it."""
-    for engine in _engines():
-        detach = getattr(engine, "detach", None)
-        if detach is not None:
-            detach()
-
-
-def _engines() -> list[Engine]:
-    """Return the engines this worker has loaded: its own, then its realtime partition's
-    (not while that one is still starting: its start holds the engine's lock, and its child
-    ends by itself once this process has gone)."""
-    engines = [e for e in (loaded_engine(),) if e is not None]
-    realtime = partition()
-    if realtime is not None and realtime.state != "starting":
-        engines.append(realtime.realtime)
-    return engines
+    worker.shutting_down()
 
 
 @worker_shutdown.connect
-def _leave(finish: bool = True, **_: Any) -> None:
-    """Leave the registry and the workers table; with `finish`, after the realtime lane's
-    requests and the engine have stopped (a warm shutdown)."""
-    mark_ready(get_settings().ready_file, False)
-    if _lane is not None and finish:
-        _lane.stop()
-    if _busy is not None:
-        _busy.stop()
-    metrics.process_exited(os.getpid())
-    if _presence is not None:
-        _presence.stopped.set()
-        if _presence.state != "failed":  # a failed worker's record says why it stopped
-            with contextlib.suppress(Exception):
-                _presence.registry.remove(_presence.id)
-    if finish and _recycler is not None and _recycler.due:
-        _detach_engine()  # the next image of this process takes it over
-    for engine in _engines() if finish else []:
-        close = getattr(engine, "close", None)
-        if close is not None:  # stop its GPU processes with the worker (after a detach: none)
-            close()
-    if _heart is not None:  # after the pool has finished its tasks: this worker holds none
-        _heart.stop()
+def _leave(**_: Any) -> None:
+    worker.leave()
 
 
 def assembly_queue() -> str:
     """Return where assembly goes now (core.queues.assembly_queue over the registry)."""
-    registry = _presence.registry if _presence is not None else registry_for(get_settings())
+    presence = worker.presence
+    registry = presence.registry if presence is not None else registry_for(get_settings())
     try:
         return queues.assembly_queue(registry.live())
     except Exception:  # the registry is advisory: every worker can assemble from BATCH
