@@ -11,13 +11,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from sqlalchemy import delete, insert, update
+from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.keys import part_key, parts_prefix
 from core.settings import CoreSettings
 from core.text import Gaps, Piece, plan_pieces
 from models import Segment, SegmentStatus
+from models import segments as segment_state
 from storage import MediaStore
 
 
@@ -55,15 +56,11 @@ class Replan:
         """Delete the removed rows and renumber the moved ones (through negative indexes, as
         the (job, index) pairs are unique at every row)."""
         if self.removed:
-            await session.execute(delete(Segment).where(
-                Segment.id.in_([p.id for p in self.removed])))
+            await session.execute(segment_state.removed(p.id for p in self.removed))
         for segment_id, new in self.moved:
-            await session.execute(update(Segment).where(Segment.id == segment_id)
-                                  .values(index=-new - 1))
+            await session.execute(segment_state.moved_aside(segment_id, new))
         if self.moved:
-            await session.execute(update(Segment).where(Segment.job_id == job_id,
-                                                        Segment.index < 0)
-                                  .values(index=-Segment.index - 1))
+            await session.execute(segment_state.moved_back(job_id))
 
     async def insert(self, session: AsyncSession, job_id: uuid.UUID,
                      overrides: dict[str, Any] | None) -> list[uuid.UUID]:

@@ -221,8 +221,8 @@ def test_close_shuts_the_engine_down_once_and_stops_its_loop(config: Qwen3Config
 def test_warm_up_fills_the_batch_and_the_realtime_headroom_at_once(config: Qwen3Config) -> None:
     """The warm-up reaches the deploy config's max_num_seqs: the in-flight bound of whole
     requests plus its realtime sequences, streamed, all in the engine together."""
-    from workers.settings import WorkerSettings
     from workers.runtime.warmup import warm_up
+    from workers.settings import WorkerSettings
 
     slow = SlowOmni(seconds_per_frame=0.05)  # 20 frames: each request holds 1 s
     engine = VllmOmniEngine(qwen3_model(str(MODEL)), config, omni_factory=lambda: slow,

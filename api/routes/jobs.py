@@ -33,6 +33,7 @@ from core.queues import ASSEMBLE, BATCH, NOTIFY, SYNTHESIZE, assembly_queue, mod
 from core.text import voiced_runs
 from core.views import job_object
 from models import ACTIVE, Job, JobStatus, Segment, SegmentStatus, utcnow
+from models import segments as segment_state
 from models.base import uuid7
 from models.transitions import atransition
 
@@ -406,11 +407,7 @@ async def retry_job(job_id: str, request: Request, state: StateDep, session: Ses
         await session.rollback()
         raise ApiError(409, "the job changed while it was being retried", type="conflict_error",
                        code="job_not_failed")
-    again = (await session.execute(
-        update(Segment).where(Segment.job_id == job.id,
-                              Segment.status.in_([SegmentStatus.failed, SegmentStatus.pending]))
-        .values(status=SegmentStatus.pending, attempts=0, error=None, worker=None,
-                heartbeat_at=utcnow()).returning(Segment.id))).scalars().all()
+    again = (await session.execute(segment_state.retried(job.id))).scalars().all()
     running = await session.scalar(select(func.count()).select_from(Segment).where(
         Segment.job_id == job.id, Segment.status == SegmentStatus.running))
     await session.commit()

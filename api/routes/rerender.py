@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import structlog
 from fastapi import APIRouter, Request
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from api.errors import ApiError, Json, bad_request, unavailable
 from api.quota import reserve
@@ -20,7 +20,8 @@ from api.state import OwnerDep, SessionDep, StateDep
 from api.validation import find_voice, text_field
 from core.keys import part_key
 from core.queues import SYNTHESIZE, model_queues
-from models import Job, JobStatus, Segment, SegmentStatus
+from models import Job, JobStatus, Segment
+from models import segments as segment_state
 from models.transitions import atransition
 
 router = APIRouter()
@@ -94,9 +95,8 @@ async def rerender_job(job_id: str, body: RerenderBody, request: Request, state:
     await anyio.to_thread.run_sync(plan.move_parts, state.store, job.id)  # the job row is held
     await plan.renumber(session, job.id)
     for row in chosen:  # earlier overrides stay unless this re-render changes them
-        await session.execute(update(Segment).where(Segment.id == row.id).values(
-            status=SegmentStatus.pending, error=None, worker=None,
-            overrides=(row.overrides or {}) | changes or None))
+        await session.execute(segment_state.rerendered(
+            row.id, (row.overrides or {}) | changes or None))
     fresh = await plan.insert(session, job.id, changes or None)
     await session.commit()
     try:

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import case, exists, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, defer
 
 from core import metrics, tracing
@@ -24,6 +24,7 @@ from core.lexicon import reader_for
 from core.registry import worker_id
 from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow
+from models import segments as segment_state
 from models.db import session_scope
 from models.transitions import transition
 from storage import MediaStore, store_for
@@ -141,9 +142,7 @@ def reserve(segment_id: uuid.UUID) -> None:
     segments of dead workers too.
     """
     with session_scope() as session:
-        session.execute(update(Segment).where(Segment.id == segment_id,
-                                              Segment.status == SegmentStatus.pending)
-                        .values(worker=worker_id()))
+        session.execute(segment_state.reserved(segment_id, worker_id()))
 
 
 def hand_back() -> list[tuple[uuid.UUID, str]]:
@@ -155,14 +154,7 @@ def hand_back() -> list[tuple[uuid.UUID, str]]:
     (segment id, model) pairs to enqueue again.
     """
     with session_scope() as session:
-        rows = session.execute(
-            update(Segment)
-            .where(Segment.worker == worker_id(),
-                   Segment.status.in_([SegmentStatus.running, SegmentStatus.pending]))
-            .values(status=SegmentStatus.pending, worker=None, heartbeat_at=utcnow(),
-                    attempts=case((Segment.status == SegmentStatus.running,
-                                   Segment.attempts - 1), else_=Segment.attempts))
-            .returning(Segment.id, Segment.job_id)).all()
+        rows = session.execute(segment_state.handed_back(worker_id())).all()
         jobs = {job_id for _, job_id in rows}
         models = dict(session.execute(select(Job.id, Job.model).where(Job.id.in_(jobs))).all()) \
             if jobs else {}
@@ -183,16 +175,11 @@ class Synthesized:
 def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesized | None:
     """Claim and synthesise one segment; None if this worker did not finish it."""
     settings = get_settings()
-    job_running = exists().where(Job.id == Segment.job_id, Job.status == JobStatus.in_progress)
     with session_scope() as session:
-        claimed = session.execute(
-            update(Segment)
-            .where(Segment.id == segment_id, Segment.status == SegmentStatus.pending, job_running)
-            .values(status=SegmentStatus.running, attempts=Segment.attempts + 1,
-                    heartbeat_at=utcnow(), worker=worker_id())
-            .returning(Segment.job_id, Segment.index, Segment.text, Segment.quality,
-                       Segment.chapter, Segment.speaker, Segment.overrides, Segment.attempts)
-        ).first()
+        claimed = session.execute(segment_state.claimed(
+            segment_id, worker_id(), Segment.job_id, Segment.index, Segment.text,
+            Segment.quality, Segment.chapter, Segment.speaker, Segment.overrides,
+            Segment.attempts)).first()
         if claimed is None:
             return None
         job_id, index, text, earlier, chapter, speaker, changed, attempt = claimed
@@ -232,15 +219,8 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
     seconds = len(audio) / engine.sample_rate
     recorded = (flag or {}) | ({"verify": verify} if verify else {})
     with session_scope() as session:
-        finished = session.execute(
-            update(Segment)
-            .where(Segment.id == segment_id, Segment.status == SegmentStatus.running,
-                   Segment.worker == worker_id())  # not if it was handed on meanwhile
-            .values(status=SegmentStatus.done, samples=len(audio), duration_seconds=seconds,
-                    heartbeat_at=utcnow(), error=None, quality=recorded or None,
-                    attempts=Segment.attempts + runs - 1)
-            .returning(Segment.id)
-        ).first()
+        finished = session.execute(segment_state.finished(
+            segment_id, worker_id(), len(audio), seconds, recorded or None, runs - 1)).first()
         if finished is None:
             drop_if_deleted(job_id)
             return None
@@ -275,13 +255,7 @@ def release(segment_id: uuid.UUID, error: str, max_attempts: int) -> bool:
             return False
         job_id, attempts = row
         retry = attempts < max_attempts
-        status = SegmentStatus.pending if retry else SegmentStatus.failed
-        session.execute(
-            update(Segment)
-            .where(Segment.id == segment_id, Segment.status == SegmentStatus.running,
-                   Segment.worker == worker_id())
-            .values(status=status, error=error[:2000])
-        )
+        session.execute(segment_state.released(segment_id, worker_id(), retry, error))
         if not retry:
             session.execute(update(Job).where(Job.id == job_id)
                             .values(segments_failed=Job.segments_failed + 1))
@@ -368,10 +342,7 @@ def _synthesize_again(job: Job, lost: assembly.PartLost, max_attempts: int) -> A
             failed = _fail(session, job.id, "part_lost",
                            f"{lost} (after {segment.attempts} attempts)")
             return Assembled("failed" if failed else "waiting")
-        moved = session.execute(
-            update(Segment).where(Segment.id == segment.id, Segment.status == SegmentStatus.done)
-            .values(status=SegmentStatus.pending, error=str(lost)[:2000]).returning(Segment.id)
-        ).first()
+        moved = session.execute(segment_state.part_lost(segment.id, str(lost))).first()
         if moved is None:
             return Assembled("waiting")
         session.execute(update(Job).where(Job.id == job.id).values(
@@ -416,14 +387,9 @@ def _retake(job: Job, segments: list[Segment], checked: alignment.Checks, store:
                 store.put(take_key(job.id, segment.index, take),
                           store.get(part_key(job.id, segment.index)))
                 record = _take_of(segment, checked.wer.get(segment.index))
-                if session.execute(
-                    update(Segment).where(Segment.id == segment.id,
-                                          Segment.status == SegmentStatus.done,
-                                          Segment.attempts == segment.attempts)
-                    .values(status=SegmentStatus.pending, worker=None,
-                            quality=_with_takes(segment, [*earlier, record]))
-                    .returning(Segment.id)
-                ).first() is None:
+                if session.execute(segment_state.retaken(
+                        segment.id, segment.attempts,
+                        _with_takes(segment, [*earlier, record]))).first() is None:
                     continue
                 session.execute(update(Job).where(Job.id == job.id).values(
                     segments_done=Job.segments_done - 1,
@@ -459,11 +425,10 @@ def _restore(job: Job, segment: Segment, earlier: list[dict[str, Any]], best: in
         with contextlib.suppress(FileNotFoundError):
             store.put(key(job.id, restored), store.get(key(job.id, then)))
     with session_scope() as session:  # once, if two assemblies run (the other sees it done)
-        if session.execute(update(Segment).where(
-                Segment.id == segment.id, Segment.attempts == segment.attempts).values(
-                attempts=restored.attempts, samples=restored.samples,
-                duration_seconds=restored.duration_seconds, quality=restored.quality)
-                .returning(Segment.id)).first() is not None:
+        if session.execute(segment_state.take_restored(
+                segment.id, segment.attempts, attempts=restored.attempts,
+                samples=restored.samples, duration_seconds=restored.duration_seconds,
+                quality=restored.quality)).first() is not None:
             session.execute(update(Job).where(Job.id == job.id).values(
                 audio_seconds=Job.audio_seconds + (take["seconds"] or 0.0)
                 - (segment.duration_seconds or 0.0)))

@@ -29,6 +29,7 @@ from core.backoff import backoff
 from core.keys import job_prefix, result_store
 from core.queues import ASSEMBLE, NOTIFY, PLAN, SYNTHESIZE
 from models import Job, JobStatus, Segment, SegmentStatus, WorkerBeat, utcnow
+from models import segments as segment_state
 from models.db import session_scope
 from models.transitions import transition
 from storage import store_for
@@ -52,16 +53,13 @@ class Pass:
     def lost(self) -> ColumnElement[bool]:
         """Segments running that nobody beats for: a live worker refreshes the heartbeat of
         each segment it runs every WORKER_HEARTBEAT_SECONDS (workers.runtime.liveness)."""
-        return (Segment.status == SegmentStatus.running) & (Segment.heartbeat_at < self.live_since)
+        return segment_state.lost(self.live_since)
 
 
 def fail_exhausted(session: Session, p: Pass) -> list[Task]:
     """Fail lost segments that used up their attempts, and their jobs (owners are told)."""
     exhausted = session.execute(
-        update(Segment).where(p.lost, Segment.attempts >= p.max_attempts)
-        .values(status=SegmentStatus.failed, heartbeat_at=p.now,
-                error=f"worker lost while running, {p.max_attempts} times")
-        .returning(Segment.id, Segment.job_id)).all()
+        segment_state.lost_for_good(p.live_since, p.max_attempts, p.now)).all()
     tasks: list[Task] = []
     for segment_id, job_id in exhausted:
         session.execute(update(Job).where(Job.id == job_id)
@@ -76,11 +74,7 @@ def fail_exhausted(session: Session, p: Pass) -> list[Task]:
 
 def reset_lost(session: Session, p: Pass) -> list[Task]:
     """Put the other lost segments back to pending, to run after a doubling backoff."""
-    rows = session.execute(
-        update(Segment).where(p.lost)
-        .values(status=SegmentStatus.pending, heartbeat_at=p.now, worker=None,
-                error="worker lost while running; re-enqueued by the reaper")
-        .returning(Segment.id, Segment.attempts, Segment.job_id)).all()
+    rows = session.execute(segment_state.lost_again(p.live_since, p.now)).all()
     models = _models(session, {job_id for *_, job_id in rows})
     # The first loss goes again at once; repeated ones back off (a segment that kills its
     # worker should not take down the next one straight away).
@@ -100,14 +94,10 @@ def requeue_orphans(session: Session, p: Pass) -> list[Task]:
     dead = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at < p.live_since)
     touched = select(Segment.job_id).where(Segment.worker.in_(dead))
     running = select(Job.id).where(Job.status == JobStatus.in_progress)
-    rows = session.execute(
-        update(Segment).where(
-            Segment.status == SegmentStatus.pending,
-            (Segment.worker.is_not(None) & Segment.worker.not_in(live))
-            | (Segment.worker.is_(None) & Segment.job_id.in_(touched)
-               & Segment.job_id.in_(running)))
-        .values(worker=None, heartbeat_at=p.now)
-        .returning(Segment.id, Segment.job_id)).all()
+    rows = session.execute(segment_state.orphans_freed(
+        (Segment.worker.is_not(None) & Segment.worker.not_in(live))
+        | (Segment.worker.is_(None) & Segment.job_id.in_(touched)
+           & Segment.job_id.in_(running)), p.now)).all()
     models = _models(session, {job_id for _, job_id in rows})
     return [(SYNTHESIZE, str(segment_id), models[job_id], 0.0) for segment_id, job_id in rows]
 
@@ -128,8 +118,7 @@ def requeue_forgotten(session: Session, p: Pass) -> list[Task]:
                (Segment.heartbeat_at.is_(None)) | (Segment.heartbeat_at < p.stale))
         .limit(10_000)).all()
     if forgotten:
-        session.execute(update(Segment).where(Segment.id.in_([s for s, _ in forgotten]))
-                        .values(heartbeat_at=p.now))
+        session.execute(segment_state.requeued([s for s, _ in forgotten], p.now))
     return [(SYNTHESIZE, str(segment_id), model, 0.0) for segment_id, model in forgotten]
 
 

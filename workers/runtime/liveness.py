@@ -17,7 +17,8 @@ import structlog
 from sqlalchemy import delete, insert, update
 
 from core.registry import worker_id
-from models import Segment, SegmentStatus, WorkerBeat, utcnow
+from models import WorkerBeat, utcnow
+from models import segments as segment_state
 from models.db import session_scope
 
 log = structlog.get_logger()
@@ -56,9 +57,7 @@ def beat(worker: str) -> None:
         held = list(_held)
     with session_scope() as session:
         if held:
-            session.execute(update(Segment).where(
-                Segment.id.in_(held), Segment.status == SegmentStatus.running,
-                Segment.worker == worker).values(heartbeat_at=now))
+            session.execute(segment_state.beaten(held, worker, now))
         if not session.execute(update(WorkerBeat).where(WorkerBeat.id == worker)
                                .values(heartbeat_at=now)).rowcount:  # type: ignore[attr-defined]
             session.execute(insert(WorkerBeat).values(id=worker, started_at=now,
