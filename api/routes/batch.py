@@ -24,9 +24,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from starlette.datastructures import UploadFile
 
+from api.admission import COLUMN_KEYS, INSERT_JOB, Shared, job_values
 from api.errors import ApiError, Json, bad_request, unavailable
 from api.quota import reserve
-from api.routes.jobs import COLUMN_KEYS, INSERT_JOB, Shared, job_values
 from api.schemas import JobBody
 from api.state import OwnerDep, SessionDep, StateDep
 from core import ids

@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from api.errors import not_found
-from api.routes.voices import uploaded_voices
+from api.owned import uploaded_voices
 from api.state import OwnerDep, SessionDep, StateDep
 from core.catalog import ModelInfo
 

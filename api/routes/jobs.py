@@ -1,40 +1,32 @@
 """Async jobs: create, get, list, content, cancel, retry, delete."""
 
-import hashlib
-import uuid
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 import anyio
-import orjson
 import structlog
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlalchemy import Table, bindparam, delete, func, insert, select, update
-from sqlalchemy import inspect as sa_inspect
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import defer
 from starlette.concurrency import iterate_in_threadpool
 
 from api import job_input
+from api.admission import COLUMN_KEYS, Shared, digest_of, insert_job, job_values, replay, text_of
 from api.errors import ApiError, Json, bad_request, not_found, unavailable
-from api.quota import reserve
-from api.routes.lexicons import named_lexicons
-from api.routes.voices import uploaded_voices
+from api.owned import load_job, read_job, render_job, uploaded_voices
 from api.schemas import JobBody
-from api.state import OwnerDep, SessionDep, State, StateDep
+from api.state import OwnerDep, SessionDep, StateDep
 from api.validation import resolve
 from core import ids
 from core.cast import voice_for
 from core.catalog import ModelInfo
 from core.formats import CONTENT_TYPES
-from core.keys import cover_key, job_prefix, result_store
+from core.keys import job_prefix, result_store
 from core.queues import ASSEMBLE, BATCH, NOTIFY, SYNTHESIZE, assembly_queue, model_queues
 from core.text import voiced_runs
-from core.views import job_object
 from models import ACTIVE, Job, JobStatus, Segment, SegmentStatus, utcnow
 from models import segments as segment_state
-from models.base import uuid7
 from models.transitions import atransition
 
 router = APIRouter()
@@ -44,126 +36,6 @@ Variant = Literal["audio", "subtitles_srt", "subtitles_vtt", "subtitles_words", 
 PREVIEW_PARTS = 200  # a chapter's voiced parts the preview lists
 MEDIA_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "json": "application/json",
                "words": "application/json"}
-
-
-def _api_base(request: Request, state: State) -> str:
-    return (state.settings.public_api_url or str(request.base_url)).rstrip("/")
-
-
-def _render(job: Job, request: Request, state: State) -> dict[str, Any]:
-    store = result_store(job.output_url)
-
-    def url_for(key: str, local: str) -> str:
-        return store.url(key, local_url=local)
-
-    return job_object(job, url_for, _api_base(request, state))
-
-
-def _parse_id(job_id: str) -> uuid.UUID:
-    try:
-        return ids.parse(job_id, ids.JOB)
-    except ValueError:
-        raise not_found(f"job '{job_id}' not found", "job_id") from None
-
-
-async def _load(session: SessionDep, job_id: str, owner: str) -> Job:
-    job = await session.scalar(
-        select(Job).options(defer(Job.chapters, raiseload=True))
-        .where(Job.id == _parse_id(job_id), Job.owner == owner, Job.deleted_at.is_(None)))
-    if job is None:
-        raise not_found(f"job '{job_id}' not found", "job_id")
-    return job
-
-
-# Every column but the book's text, labelled with the attribute names (meta, not metadata).
-# Built once with bound parameters, so SQLAlchemy finds its compiled form without
-# computing a cache key per request.
-_READ = select(*(prop.columns[0].label(prop.key) for prop in sa_inspect(Job).column_attrs
-                 if prop.key != "chapters")).where(
-    Job.id == bindparam("id"), Job.owner == bindparam("owner"), Job.deleted_at.is_(None))
-
-
-INSERT_JOB = insert(cast(Table, Job.__table__))
-COLUMN_KEYS = {prop.key: prop.columns[0].key for prop in sa_inspect(Job).column_attrs}
-
-
-async def _read(state: State, job_id: str, owner: str) -> Job:
-    """Load a job for reading: one SELECT on an autocommit connection (no BEGIN, no
-    ROLLBACK, no ORM session). The row's labels are Job's attribute names, so it reads like
-    a Job without the cost of building one (a tenth of a GET, bench.poll --profile)."""
-    async with state.autocommit.connect() as connection:
-        row = (await connection.execute(_READ, {"id": _parse_id(job_id),
-                                                "owner": owner})).first()
-    if row is None:
-        raise not_found(f"job '{job_id}' not found", "job_id")
-    return cast(Job, row)
-
-
-async def _text_of(body: JobBody, model: ModelInfo, own: Any, settings: Any
-                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Read a body's text (job_input.text_of): in a worker thread when it is long, so the
-    event loop serves other requests meanwhile (each pass over the text is linear)."""
-    args = (body, model, own, settings.job_max_chars, settings.max_chapters)
-    if job_input.body_chars(body) <= job_input.INLINE_CHARS:
-        return job_input.text_of(*args)
-    return await anyio.to_thread.run_sync(job_input.text_of, *args)
-
-
-@dataclass
-class Shared:
-    """What every job body of one request is checked against, loaded once per request."""
-
-    state: State
-    session: Any
-    owner: str
-    models: tuple[ModelInfo, ...]
-    own: Any
-    lexicons: dict[tuple[str, tuple[str, ...]], tuple[list[str], list[dict[str, Any]]]] = \
-        field(default_factory=dict)
-    webhooks: set[str] = field(default_factory=set)
-
-    @classmethod
-    async def load(cls, state: State, session: Any, owner: str) -> "Shared":
-        models = await state.catalogue.models()
-        return cls(state, session, owner, models, await uploaded_voices(session, owner, models))
-
-
-async def job_values(body: JobBody, shared: Shared, idempotency_key: str | None, digest: str,
-                     cover_kind: str | None) -> dict[str, Any]:
-    """Check one job body (a 400 for what is wrong) and return its row, not yet stored."""
-    settings = shared.state.settings
-    model, voice = resolve(body, shared.models, shared.own)
-    chapters, voices = await _text_of(body, model, shared.own, settings)
-    output_url = job_input.check_output_url(body.output_url, settings.output_prefixes)
-    refs = (model.id, tuple(body.lexicons))
-    if refs not in shared.lexicons:
-        shared.lexicons[refs] = await named_lexicons(shared.session, shared.owner,
-                                                     body.lexicons, model)
-    lexicons, lexicon = shared.lexicons[refs]
-    if body.webhook_url is not None and body.webhook_url not in shared.webhooks:
-        await job_input.check_webhook_url(body.webhook_url, settings.outbound_allow)
-        shared.webhooks.add(body.webhook_url)
-    options = {k: v for k, v in body.extras().items()} | {"subtitles": body.subtitles} | (
-        {"verify": body.verify} if body.verify != "off" else {}) | (
-        {"lexicons": lexicons, "lexicon": lexicon} if lexicons else {})
-    key = uuid7()
-    if body.book is not None:
-        options["book"] = body.book.model_dump(exclude_none=True)
-    if body.mastering != "none":
-        options["mastering"] = body.mastering
-    options |= voices
-    if cover_kind is not None:
-        options["cover"] = cover_key(key, cover_kind)
-    now = utcnow()
-    return {
-        "id": key, "owner": shared.owner, "status": JobStatus.queued, "model": model.id,
-        "voice": voice.id, "response_format": body.response_format, "speed": body.speed,
-        "options": options, "chapters": chapters, "output_url": output_url,
-        "webhook_url": body.webhook_url, "meta": body.metadata,
-        "idempotency_key": idempotency_key, "request_hash": digest,
-        "input_characters": sum(len(c["input"]) for c in chapters), "segments_total": 0,
-        "segments_done": 0, "segments_failed": 0, "chars_done": 0, "audio_seconds": 0.0,
-        "created_at": now, "updated_at": now}
 
 
 @router.post("/v1/audio/jobs", status_code=202, openapi_extra={"requestBody": {
@@ -179,28 +51,26 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
     body, cover = parsed.body, parsed.cover
     shared = await Shared.load(state, session, owner)
     cover_kind = await anyio.to_thread.run_sync(job_input.check_cover, cover) if cover else None
-    digest = hashlib.sha256(orjson.dumps(body.model_dump(mode="json"),
-                                         option=orjson.OPT_SORT_KEYS)
-                            + parsed.upload_digest + (cover or b"")).hexdigest()
+    digest = digest_of(body, parsed.upload_digest, cover)
     values = await job_values(body, shared, idempotency_key, digest, cover_kind)
     if idempotency_key:
         existing = await session.scalar(
             select(Job).options(defer(Job.chapters, raiseload=True))
             .where(Job.owner == owner, Job.idempotency_key == idempotency_key))
         if existing is not None:
-            return _replay(existing, digest, request, state)
+            return replay(existing, digest, request, state)
     options = values["options"]
     job = Job(**values)  # rendered below
     row = {COLUMN_KEYS[key]: value for key, value in values.items()}
     try:
-        await _insert(session, state, owner, row)
+        await insert_job(session, state, owner, row)
     except IntegrityError:
         await session.rollback()
         existing = await session.scalar(select(Job).where(
             Job.owner == owner, Job.idempotency_key == idempotency_key))
         if existing is None:
             raise
-        return _replay(existing, digest, request, state)
+        return replay(existing, digest, request, state)
     try:
         if cover is not None:
             await anyio.to_thread.run_sync(state.store.put, options["cover"], cover)
@@ -211,25 +81,9 @@ async def create_job(request: Request, state: StateDep, session: SessionDep,
         await session.commit()
         raise unavailable(f"the broker or storage is unreachable, the job was not created: "
                           f"{exc}") from exc
-    rendered = _render(job, request, state)
+    rendered = render_job(job, request, state)
     return Json(rendered, status_code=202,
                 headers={"Location": f"/v1/audio/jobs/{rendered['id']}"})
-
-
-async def _insert(session: Any, state: State, owner: str, row: dict[str, Any]) -> None:
-    """Insert a job row: in the session's transaction after its key's caps are reserved
-    (api/quota.py), or, for a key without caps, as one INSERT in autocommit (no BEGIN and
-    COMMIT round trips) once the session has given its connection back: a request never
-    holds one connection while it waits for a second (20 at once took the whole pool)."""
-    settings = state.settings
-    if settings.max_active_jobs_per_key or settings.max_chars_per_day_per_key:
-        await reserve(session, owner, settings, row["input_characters"])
-        await (await session.connection()).execute(INSERT_JOB, row)
-        await session.commit()
-        return
-    await session.close()
-    async with state.autocommit.connect() as connection:
-        await connection.execute(INSERT_JOB, row)
 
 
 @router.post("/v1/audio/jobs/preview", openapi_extra={"requestBody": {
@@ -245,7 +99,7 @@ async def preview_job(request: Request, state: StateDep, session: SessionDep,
     models = await state.catalogue.models()
     own = await uploaded_voices(session, owner, models)
     model, voice = resolve(body, models, own)
-    chapters, voices = await _text_of(body, model, own, state.settings)
+    chapters, voices = await text_of(body, model, own, state.settings)
     return await anyio.to_thread.run_sync(_preview, model, voice, chapters, voices)
 
 
@@ -266,17 +120,6 @@ def _preview(model: ModelInfo, voice: Any, chapters: list[dict[str, Any]],
                           "parts": parts(n, c["input"])} for n, c in enumerate(chapters)]}
 
 
-def _replay(job: Job, digest: str, request: Request, state: State) -> Json:
-    if job.request_hash != digest:
-        raise ApiError(409, "Idempotency-Key was already used with a different request body",
-                       type="conflict_error", param="Idempotency-Key",
-                       code="idempotency_key_reused")
-    rendered = _render(job, request, state)
-    return Json(rendered, status_code=202,
-                headers={"Location": f"/v1/audio/jobs/{rendered['id']}",
-                         "Idempotent-Replayed": "true"})
-
-
 @router.get("/v1/audio/jobs")
 async def list_jobs(request: Request, state: StateDep, session: SessionDep, owner: OwnerDep,
                     status: JobStatus | None = None,
@@ -294,7 +137,7 @@ async def list_jobs(request: Request, state: StateDep, session: SessionDep, owne
         except ValueError:
             raise bad_request("after: not a job id", "after", "invalid_value") from None
     jobs = list((await session.scalars(query)).all())
-    page = [_render(j, request, state) for j in jobs[:limit]]
+    page = [render_job(j, request, state) for j in jobs[:limit]]
     return {"object": "list", "data": page,
             "first_id": page[0]["id"] if page else None,
             "last_id": page[-1]["id"] if page else None,
@@ -304,7 +147,7 @@ async def list_jobs(request: Request, state: StateDep, session: SessionDep, owne
 @router.get("/v1/audio/jobs/{job_id}")
 async def get_job(job_id: str, request: Request, state: StateDep, owner: OwnerDep) -> Json:
     """Return the job object."""
-    return Json(_render(await _read(state, job_id, owner), request, state))
+    return Json(render_job(await read_job(state, job_id, owner), request, state))
 
 
 @router.get("/v1/audio/jobs/{job_id}/content", response_class=Response)
@@ -312,7 +155,7 @@ async def job_content(job_id: str, state: StateDep, owner: OwnerDep,
                       variant: Variant = "audio", index: int | None = None,
                       version: Annotated[int | None, Query(ge=1)] = None) -> Response:
     """Stream the final audio or one of its side files (`version`: an earlier one's)."""
-    job = await _read(state, job_id, owner)
+    job = await read_job(state, job_id, owner)
     if version is not None and version != (job.version or 1):
         kept = (job.versions or {}).get(str(version))
         if kept is None:
@@ -365,7 +208,7 @@ def _content_key(job: Job, variant: str, index: int | None,
 async def cancel_job(job_id: str, request: Request, state: StateDep, session: SessionDep,
                      owner: OwnerDep) -> Json:
     """Stop a job; done segments stay done, pending ones never reach the engine."""
-    job = await _load(session, job_id, owner)
+    job = await load_job(session, job_id, owner)
     moved = await atransition(session, job.id, ACTIVE, JobStatus.cancelled,
                               completed_at=utcnow())
     await session.commit()
@@ -380,7 +223,7 @@ async def cancel_job(job_id: str, request: Request, state: StateDep, session: Se
             raise ApiError(409, f"job is already {job.status.value}", type="conflict_error",
                            code="job_finished")
     await session.refresh(job)
-    return Json(_render(job, request, state))
+    return Json(render_job(job, request, state))
 
 
 @router.post("/v1/audio/jobs/{job_id}/retry", status_code=202)
@@ -391,7 +234,7 @@ async def retry_job(job_id: str, request: Request, state: StateDep, session: Ses
     Finished parts are kept. A segment still running when the job failed is left to its
     worker (or to the reaper, if that worker is gone).
     """
-    job = await _load(session, job_id, owner)
+    job = await load_job(session, job_id, owner)
     if job.status != JobStatus.failed:
         raise ApiError(409, f"only a failed job can be retried; this one is {job.status.value}",
                        type="conflict_error", code="job_not_failed")
@@ -425,14 +268,14 @@ async def retry_job(job_id: str, request: Request, state: StateDep, session: Ses
                           ) from exc
     log.info("job.retried", job_id=str(job.id), segments=len(again))
     await session.refresh(job)
-    return Json(_render(job, request, state), status_code=202)
+    return Json(render_job(job, request, state), status_code=202)
 
 
 @router.delete("/v1/audio/jobs/{job_id}")
 async def delete_job(job_id: str, state: StateDep, session: SessionDep,
                      owner: OwnerDep) -> dict[str, Any]:
     """Cancel the job if it runs, delete its media and mark it deleted."""
-    job = await _load(session, job_id, owner)
+    job = await load_job(session, job_id, owner)
     await atransition(session, job.id, ACTIVE, JobStatus.cancelled, completed_at=utcnow())
     await session.execute(update(Job).where(Job.id == job.id).values(deleted_at=utcnow()))
     await session.commit()

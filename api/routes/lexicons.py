@@ -7,12 +7,11 @@ from fastapi import APIRouter
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
-from api.errors import ApiError, bad_request, not_found
+from api.errors import ApiError, not_found
+from api.owned import lexicon_where
 from api.schemas import LexiconBody
 from api.state import OwnerDep, SessionDep
 from core import ids
-from core import lexicon as lex
-from core.catalog import ModelInfo
 from models import Lexicon, utcnow
 
 router = APIRouter()
@@ -30,17 +29,8 @@ def _entries(body: LexiconBody) -> list[dict[str, Any]]:
             for e in body.entries]
 
 
-def _where(ref: str, owner: str) -> Any:
-    """Match a lexicon by its id or its name (names never start with the id's prefix)."""
-    try:
-        key = ids.parse(ref, ids.LEXICON) if ref.startswith(ids.LEXICON) else None
-    except ValueError:
-        key = None
-    return (Lexicon.owner == owner) & (Lexicon.name == ref if key is None else Lexicon.id == key)
-
-
 async def _one(session: SessionDep, ref: str, owner: str) -> Lexicon:
-    row = await session.scalar(select(Lexicon).where(_where(ref, owner)))
+    row = await session.scalar(select(Lexicon).where(lexicon_where(ref, owner)))
     if row is None:
         raise not_found(f"lexicon '{ref}' not found", "lexicon_id")
     return row
@@ -97,7 +87,7 @@ async def replace_lexicon(lexicon_id: str, body: LexiconBody, session: SessionDe
 async def delete_lexicon(lexicon_id: str, session: SessionDep,
                          owner: OwnerDep) -> dict[str, Any]:
     """Delete a lexicon; jobs already submitted keep their copy."""
-    gone = (await session.execute(delete(Lexicon).where(_where(lexicon_id, owner))
+    gone = (await session.execute(delete(Lexicon).where(lexicon_where(lexicon_id, owner))
                                   .returning(Lexicon.id))).first()
     if gone is None:
         raise not_found(f"lexicon '{lexicon_id}' not found", "lexicon_id")
@@ -105,31 +95,3 @@ async def delete_lexicon(lexicon_id: str, session: SessionDep,
     return {"id": ids.lexicon_id(gone[0]), "object": "audio.lexicon.deleted", "deleted": True}
 
 
-async def named_lexicons(session: SessionDep, owner: str, refs: list[str],
-                         model: ModelInfo) -> tuple[list[str], list[dict[str, Any]]]:
-    """Return the ids and the merged entries of the lexicons a request names (a 400 for one
-    that does not exist, or for IPA the model's engine cannot speak)."""
-    if not refs:
-        return [], []
-    found = []
-    for ref in refs:
-        row = await session.scalar(select(Lexicon).where(_where(ref, owner)))
-        if row is None:
-            raise bad_request(f"lexicons: no lexicon '{ref}' (see GET /v1/audio/lexicons)",
-                              "lexicons", "lexicon_not_found")
-        found.append(row)
-    entries = lex.merged(r.entries for r in found)
-    phonemic = lex.ipa_entries(entries)
-    if phonemic and not model.phonemes:
-        raise bad_request(f"lexicons: entries given as IPA ({', '.join(phonemic[:5])}) cannot "
-                          f"be spoken by model '{model.id}' ({model.engine} takes no "
-                          "phonemes); give them as 'alias' respellings", "lexicons",
-                          "unsupported_parameter")
-    for entry in entries:
-        odd = sorted({c for c in entry.get("ipa", "") if c not in model.phonemes
-                      and not c.isspace()})
-        if odd:
-            raise bad_request(f"lexicons: the IPA of '{entry['text']}' has symbols model "
-                              f"'{model.id}' does not speak: {' '.join(odd)}", "lexicons",
-                              "unsupported_parameter")
-    return [ids.lexicon_id(r.id) for r in found], entries

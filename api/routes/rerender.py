@@ -10,11 +10,9 @@ from fastapi import APIRouter, Request
 from sqlalchemy import func, select
 
 from api.errors import ApiError, Json, bad_request, unavailable
+from api.owned import load_job, named_lexicons, render_job, uploaded_voices
 from api.quota import reserve
 from api.replan import Part, replan
-from api.routes.jobs import _load, _render
-from api.routes.lexicons import named_lexicons
-from api.routes.voices import uploaded_voices
 from api.schemas import RerenderBody
 from api.state import OwnerDep, SessionDep, StateDep
 from api.validation import find_voice, text_field
@@ -36,7 +34,7 @@ def _conflict(message: str, code: str) -> ApiError:
 async def rerender_job(job_id: str, body: RerenderBody, request: Request, state: StateDep,
                        session: SessionDep, owner: OwnerDep) -> Json:
     """Re-render part of a completed job as its next version."""
-    job = await _load(session, job_id, owner)
+    job = await load_job(session, job_id, owner)
     if job.status != JobStatus.completed:
         raise _conflict(f"only a completed job can be re-rendered; this one is "
                         f"{job.status.value}", "job_not_completed")
@@ -109,7 +107,7 @@ async def rerender_job(job_id: str, body: RerenderBody, request: Request, state:
                           ) from exc
     log.info("job.rerender", job_id=str(job.id), segments=len(chosen) + len(fresh))
     await session.refresh(job)
-    return Json(_render(job, request, state), status_code=202)
+    return Json(render_job(job, request, state), status_code=202)
 
 
 async def _changes(body: RerenderBody, job: Job, state: StateDep, session: SessionDep,

@@ -8,8 +8,7 @@ from fastapi.responses import StreamingResponse
 
 from api import streaming
 from api.errors import ApiError, bad_request, unavailable
-from api.routes.lexicons import named_lexicons
-from api.routes.voices import uploaded_voices
+from api.owned import named_lexicons, uploaded_voices
 from api.schemas import SpeechBody
 from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve, text_field

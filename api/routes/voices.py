@@ -5,12 +5,13 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, File, Form, UploadFile
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 
 from api.errors import ApiError, bad_request, not_found
+from api.owned import voice_public_id
 from api.state import OwnerDep, SessionDep, StateDep
 from core import ids
-from core.catalog import ModelInfo, VoiceInfo
+from core.catalog import ModelInfo
 from core.keys import voice_key
 from core.voices import MAX_UPLOAD_BYTES, BadClip, check_clip
 from models import Voice, utcnow
@@ -19,29 +20,12 @@ router = APIRouter()
 REFUSALS = {"", "0", "false", "no", "off"}
 
 
-def public_id(voice: Voice) -> str:
-    """Return `voice_<32 hex>`."""
-    return ids.voice_id(voice.id)
-
-
 def _object(voice: Voice, model: ModelInfo | None) -> dict[str, Any]:
-    return {"id": public_id(voice), "object": "audio.voice", "name": voice.name,
+    return {"id": voice_public_id(voice), "object": "audio.voice", "name": voice.name,
             "model": voice.model, "languages": list(model.languages) if model else [],
             "kind": "uploaded", "ref_text": voice.ref_text,
             "duration_seconds": round(voice.duration_seconds, 3),
             "created_at": int(voice.created_at.timestamp())}
-
-
-async def uploaded_voices(session: SessionDep, owner: str,
-                          models: tuple[ModelInfo, ...]) -> list[VoiceInfo]:
-    """Return the owner's uploaded voices, for models that clone (Base checkpoints)."""
-    cloners = {m.id: m for m in models if m.task_type == "Base"}
-    if not cloners:
-        return []
-    rows = await session.scalars(select(Voice).where(Voice.owner == owner,
-                                                     Voice.model.in_(cloners)))
-    return [VoiceInfo(id=public_id(v), name=v.name, model=v.model,
-                      languages=cloners[v.model].languages, kind="uploaded") for v in rows]
 
 
 @router.post("/v1/audio/voices", status_code=201)
