@@ -4,7 +4,7 @@ The new text's segments take the chapter's place; the segments after it move up 
 the difference, and so do their kept parts (a rename on a disk, a server-side copy on S3).
 The parts move before the rows are renumbered, in the re-render's transaction; if it then
 fails, a part found at the wrong place fails the assembly's sample check and that segment is
-synthesised again (workers.book.assembly.PartLost): nothing is lost but time.
+synthesised again (workers.book.parts.PartLost): nothing is lost but time.
 """
 
 import uuid

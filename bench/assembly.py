@@ -30,19 +30,19 @@ def book(folder: str, hours: float, fmt: str) -> tuple[Any, list[Any], Any]:
     """Write the parts of a book of `hours`; return its job, segments and store."""
     from models import Job, Segment
     from storage import MediaStore
-    from workers.book import assembly
+    from workers.book.parts import part_bytes
 
     store = MediaStore(f"file://{folder}")
-    parts = int(hours * 3600 / PART_SECONDS)
+    count = int(hours * 3600 / PART_SECONDS)
     tone = (0.2 * np.sin(np.arange(RATE * PART_SECONDS) * 2 * np.pi * 220 / RATE))
-    data = assembly.part_bytes(tone.astype(np.float32), RATE)
+    data = part_bytes(tone.astype(np.float32), RATE)
     job = Job(id=uuid.uuid4(), model="piper", voice="joe", response_format=fmt, speed=1.0,
               options={"language": "en"}, input_characters=0,
               chapters=[{"title": f"Part {n + 1}", "input": ""} for n in range(4)])
-    segments = [Segment(id=uuid.uuid4(), index=n, chapter=n * 4 // parts, text="A sentence.",
+    segments = [Segment(id=uuid.uuid4(), index=n, chapter=n * 4 // count, text="A sentence.",
                         samples=RATE * PART_SECONDS, pause_after=0.25, attempts=1)
-                for n in range(parts)]
-    for n in range(parts):
+                for n in range(count)]
+    for n in range(count):
         store.put(f"p/{n:06d}.wav", data)
     return job, segments, store
 
@@ -51,7 +51,7 @@ def run(hours: float, fmt: str, threads: int) -> dict[str, Any]:
     """Time the three phases for one book."""
     from core.audio import decode
     from core.keys import parts_prefix
-    from workers.book import assembly, fragments
+    from workers.book import assembly, fragments, parts
     from workers.book.timeline import cuts_after
 
     with tempfile.TemporaryDirectory(prefix="narrator-bench-") as folder:
@@ -73,7 +73,7 @@ def run(hours: float, fmt: str, threads: int) -> dict[str, Any]:
             group = segments[first:n + 1]
             encoded = fragments.encode_group(
                 group, following,
-                lambda s: assembly.finish(s, store, key, -16.0, RATE), RATE, fmt)
+                lambda s: parts.finish(s, store, key, -16.0, RATE), RATE, fmt)
             assembly.keep_fragment(store, fragments.group_key(
                 parts_prefix(job.id), group, following, -16.0, RATE, fmt), encoded)
             first = n + 1

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from bench.common import busiest_threads, save, served, table, thread_cpu
-from workers.book.assembly import cores
+from workers.book.parts import cores
 
 PARAGRAPHS = [
     "The ferry left the harbour at dawn, and the gulls followed it out past the breakwater. "
@@ -146,12 +146,12 @@ def write_parts(folder: str, hours: float) -> None:
     import numpy as np
 
     from storage import MediaStore
-    from workers.book import assembly
+    from workers.book import parts
 
     store = MediaStore(f"file://{folder}")
     tone = 0.2 * np.sin(np.arange(RATE * PART_SECONDS) * 2 * np.pi * 220 / RATE)
     for n in range(int(hours * 3600 / PART_SECONDS)):
-        store.put(f"p/{n:06d}.wav", assembly.part_bytes(tone.astype(np.float32), RATE))
+        store.put(f"p/{n:06d}.wav", parts.part_bytes(tone.astype(np.float32), RATE))
 
 
 def assembly_child(folder: str, hours: float) -> None:

@@ -290,7 +290,7 @@ def worker(
     from core.catalog import catalog
     from core.queues import BATCH, REALTIME, split_queues, worker_queues
     from workers.app import celery_app
-    from workers.book.assembly import cores
+    from workers.book.parts import cores
     from workers.settings import get_settings
 
     settings = get_settings()

@@ -289,7 +289,7 @@ def test_verify_flags_a_segment_that_dropped_sentences_or_speaks_another_text(
     from core.keys import part_key
     from storage import store_for
     from tests.support import insert_job
-    from workers.book import assembly
+    from workers.book import parts
     from workers.engines.piper import PiperEngine
     from workers.jobs import pipeline
     from workers.settings import get_settings
@@ -312,11 +312,11 @@ def test_verify_flags_a_segment_that_dropped_sentences_or_speaks_another_text(
 
     dropped = part(1)
     dropped[len(dropped) // 3:] = 0.0  # its last two sentences are not spoken
-    store.put(part_key(job_id, 1), assembly.part_bytes(dropped, engine.sample_rate))
+    store.put(part_key(job_id, 1), parts.part_bytes(dropped, engine.sample_rate))
     other, own = part(0), len(part(3))  # segment 0's speech, at segment 3's length
     swapped = np.zeros(own, dtype=np.float32)
     swapped[:min(own, len(other))] = other[:own]
-    store.put(part_key(job_id, 3), assembly.part_bytes(swapped, engine.sample_rate))
+    store.put(part_key(job_id, 3), parts.part_bytes(swapped, engine.sample_rate))
 
     assert pipeline.assemble(job_id).outcome == "completed"
     with db.connect() as connection:
@@ -481,7 +481,7 @@ def test_verify_retry_flags_but_never_retakes_a_piper_segment(
     from core.keys import part_key
     from storage import store_for
     from tests.support import insert_job
-    from workers.book import assembly
+    from workers.book import parts
     from workers.engines.piper import PiperEngine
     from workers.jobs import pipeline
     from workers.settings import get_settings
@@ -498,7 +498,7 @@ def test_verify_retry_flags_but_never_retakes_a_piper_segment(
 
         audio = np.asarray(sf.read(f, dtype="float32")[0])
     audio[len(audio) // 3:] = 0.0
-    store.put(part_key(job_id, 1), assembly.part_bytes(audio, engine.sample_rate))
+    store.put(part_key(job_id, 1), parts.part_bytes(audio, engine.sample_rate))
     assembled = pipeline.assemble(job_id)
     assert (assembled.outcome, assembled.again) == ("completed", ())
     result, manifest = _result_and_manifest(db, job_id)

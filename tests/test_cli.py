@@ -68,10 +68,10 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str,
     of `cores` cores; with several processes, ["supervise", processes, threads]."""
     from narrator import cli
     from workers.app import celery_app
-    from workers.book import assembly
+    from workers.book import parts
     from workers.settings import get_settings
 
-    monkeypatch.setattr(assembly, "cores", lambda: cores)
+    monkeypatch.setattr(parts, "cores", lambda: cores)
     monkeypatch.setattr(cli, "_supervise_workers", lambda _queues, count, _pool, threads, *_: (
         argv.extend(["supervise", count, threads])))
     monkeypatch.setenv("NARRATOR_ENGINE", engine)

@@ -17,7 +17,7 @@ from models.db import session_scope
 from storage import MediaStore
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from tests.support import insert_job
-from workers.book import assembly, fragments
+from workers.book import assembly, fragments, parts
 
 RATE = 24000
 
@@ -37,7 +37,7 @@ def _book(tmp: Path, seed: int, rate: int = RATE, fmt: str = "mp3"
         click = int(rng.integers(rate // 10, samples - rate // 10))
         audio[click] = 0.9
         clicks.append(click)
-        store.put(f"p/{n}.wav", assembly.part_bytes(audio, rate))
+        store.put(f"p/{n}.wav", parts.part_bytes(audio, rate))
         pause = float(rng.choice([0.0, 0.01, 0.03, 0.25, 0.6, 1.5]))
         segments.append(Segment(index=n, chapter=chapter, text="A sentence.", samples=samples,
                                 pause_after=pause, attempts=1))

@@ -29,8 +29,8 @@ from models.db import session_scope
 from storage import MediaStore, store_for
 from workers.aligners import Aligner, Word, placed, words_of
 from workers.aligners.pool import PooledAligner
-from workers.book import assembly
-from workers.book.assembly import cores
+from workers.book import parts
+from workers.book.parts import cores
 from workers.settings import get_settings
 
 if TYPE_CHECKING:
@@ -222,7 +222,7 @@ def _check_part(job: Job, segment: Segment, store: MediaStore, checker: Any, *, 
     """Align and/or hear a segment's part and keep what was found: (words, error rate)."""
     with store.open(part_key(job.id, segment.index)) as f:
         rate = sf.info(f).samplerate
-    audio = assembly.read_part(segment, store, lambda s: part_key(job.id, s.index))
+    audio = parts.read_part(segment, store, lambda s: part_key(job.id, s.index))
     text = reader_for(job.options | (segment.overrides or {}),
                       get_settings().normalize_text)(segment.text)
     words = wer = None

@@ -2,29 +2,26 @@
 
 import contextlib
 import functools
-import io
 import itertools
 import json
-import os
 import queue
 import tempfile
-from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import soundfile as sf
 import structlog
 
-from core.audio import EXTENSIONS, Audio, Mark, fade_edges, loudness_normalize
+from core.audio import EXTENSIONS, Audio, Mark
 from core.audio import encode_to as encode_blocks
 from core.keys import parts_prefix, version_prefix
 from core.lexicon import reader_for
 from models import Job, Segment
 from storage import MediaStore
-from workers.book import fragments, mastering
+from workers.book import fragments, mastering, parts
 from workers.book.tags import TAGGED, Tags, book_tags
 from workers.book.tags import write as write_tags
 from workers.book.timeline import (
@@ -40,82 +37,7 @@ from workers.book.timeline import (
 )
 
 log = structlog.get_logger()
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def part_bytes(audio: Audio, rate: int) -> bytes:
-    """Encode a part as 32-bit float WAV: lossless before the loudness change at assembly.
-
-    Parts are working files, deleted once the job is assembled. They are written on the GPU
-    worker, where FLAC would cost 8 times the CPU (8 ms against 1 ms per 20 s of speech), and
-    every millisecond there holds up the engine's next batch.
-    """
-    buffer = io.BytesIO()
-    sf.write(buffer, audio, rate, format="WAV", subtype="FLOAT")
-    return buffer.getvalue()
-
-
-class PartLost(Exception):
-    """A done segment's part is missing or not the audio recorded for it: synthesise again."""
-
-    def __init__(self, segment: Segment, reason: str) -> None:
-        super().__init__(f"segment {segment.index}: {reason}")
-        self.segment = segment
-
-
-def read_part(segment: Segment, store: MediaStore, part_key: Callable[[Segment], str]) -> Audio:
-    """Read one part, checking that it is the audio recorded for its segment."""
-    try:
-        with store.open(part_key(segment)) as f:
-            audio, _ = sf.read(f, dtype="float32")
-    except FileNotFoundError:
-        raise PartLost(segment, "its part is missing from storage") from None
-    if not len(audio) or len(audio) != segment.samples:
-        raise PartLost(segment, f"its part holds {len(audio)} samples, "
-                                f"{segment.samples} were recorded")
-    if not np.isfinite(audio).all():
-        raise PartLost(segment, "its part holds samples that are not finite")
-    return np.asarray(audio, dtype=np.float32)
-
-
-def finish(segment: Segment, store: MediaStore, part_key: Callable[[Segment], str],
-           lufs: float, rate: int, master: dict[int, float] | None = None) -> Audio:
-    """Return one part, finished: normalised to `lufs` (0: as is), or for ACX (`master`,
-    each chapter's RMS target) levelled by mastering.level; edges faded.
-
-    Finishing happens here, on the worker that assembles, not on the GPU worker that
-    synthesised the part: there, every millisecond of CPU delays the engine's next batch.
-    """
-    audio = read_part(segment, store, part_key)
-    if master is not None:
-        audio = mastering.level(audio, rate, master[segment.chapter])
-    elif lufs:
-        audio = loudness_normalize(audio, rate, lufs)
-    return fade_edges(np.asarray(audio, dtype=np.float32), rate)
-
-
-def cores() -> int:
-    """Return the cores this process may run on (its affinity, where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def ordered(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Generator[R]:
-    """Yield fn(item) for each item in order, up to 2 × `threads` computed ahead on threads."""
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="assemble") as pool:
-        pending: deque[Future[R]] = deque()
-        try:
-            for item in items:
-                pending.append(pool.submit(fn, item))
-                if len(pending) >= 2 * threads:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:  # the consumer stopped or one failed: drop what has not started
-            for future in pending:
-                future.cancel()
+Kept = Callable[[list[Segment], Segment | None], fragments.Encoded | None]
 
 
 class _Feed:
@@ -294,7 +216,7 @@ def _encode_fragments(segments: list[Segment], finished: Callable[[Segment], Aud
     chapter_file: fragments.Joiner | None = None
     with fragments.Joiner(main, fmt, marks) as book, contextlib.ExitStack() as stack:
         encoded = stack.enter_context(
-            contextlib.closing(ordered(fragment, range(len(groups)), threads)))
+            contextlib.closing(parts.ordered(fragment, range(len(groups)), threads)))
         for n, piece in enumerate(encoded):
             span, speech = lengths(n)
             book.add(piece.book, span)
@@ -325,45 +247,77 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     `heard`: each segment's word error rate and the job's verification summary (`verify`),
     recorded in the manifest and the result.
     """
-    try:
-        with store.open(part_key(segments[0])) as f:
-            rate = sf.info(f).samplerate
-    except FileNotFoundError:
-        raise PartLost(segments[0], "its part is missing from storage") from None
-    fmt, ext = job.response_format, EXTENSIONS[job.response_format]
-    base = version_prefix(job.id, job.version or 1)
-    threads = threads or cores()
+    rate = _sample_rate(segments[0], store, part_key)
+    base, ext = version_prefix(job.id, job.version or 1), EXTENSIONS[job.response_format]
     master = job.options.get("mastering") == "acx"
-    if master:
-        timeline = Timeline(segments, rate, lead=round(mastering.LEAD_SECONDS * rate),
-                            tail=round(mastering.TAIL_SECONDS * rate))
-    elif fmt in fragments.FORMATS:
-        timeline = Timeline(segments, rate, fragments.frame_samples(rate, fmt),
-                            fragments.overhead(rate, fmt))
-    else:
-        timeline = Timeline(segments, rate)
+    timeline = _timeline(job.response_format, segments, rate, master)
     spans = chapter_spans(job, segments, timeline)
+    finished = functools.partial(parts.finish, store=store, part_key=part_key, lufs=lufs, rate=rate,
+                                 master=_targets(segments, spans, timeline) if master else None)
+    prefix, fmt = parts_prefix(job.id), job.response_format
+
+    def kept(group: list[Segment], following: Segment | None) -> fragments.Encoded | None:
+        return kept_fragment(store, fragments.group_key(prefix, group, following, lufs, rate, fmt))
+
+    chapters, size, measured = _audio_files(job, segments, spans, timeline, finished, kept,
+                                            store, target, threads or parts.cores())
+    if measured is not None:
+        checks = (checks or {}) | {"mastering": measured}
+    subtitle_keys, timing = _subtitle_files(job, segments, timeline, words, normalized, target)
+    target.put(f"{base}/manifest.json",
+               json.dumps(manifest(job, segments, timeline, chapters, checks,
+                                   timing if subtitle_keys else None, heard), indent=1).encode())
+    return {"store": job.output_url, "sample_rate": mastering.RATE if master else rate,
+            "duration_seconds": timeline.total / rate, "key": f"{base}/audio.{ext}",
+            "bytes": size, "chapters": chapters, "subtitles": subtitle_keys,
+            "manifest_key": f"{base}/manifest.json"} | (
+        {"verification": heard[1]} if heard is not None else {}) | (
+        {"mastering": {"profile": "acx", "ok": measured["ok"]}} if measured else {})
+
+
+def _sample_rate(first: Segment, store: MediaStore, part_key: Callable[[Segment], str]) -> int:
+    """The parts' sample rate, read from the first part's header."""
+    try:
+        with store.open(part_key(first)) as f:
+            return int(sf.info(f).samplerate)
+    except FileNotFoundError:
+        raise parts.PartLost(first, "its part is missing from storage") from None
+
+
+def _timeline(fmt: str, segments: list[Segment], rate: int, master: bool) -> Timeline:
+    """Where every segment and silence falls: mastered books get room tone at both ends;
+    fragment formats put every cut on a whole frame."""
+    if master:
+        return Timeline(segments, rate, lead=round(mastering.LEAD_SECONDS * rate),
+                        tail=round(mastering.TAIL_SECONDS * rate))
+    if fmt in fragments.FORMATS:
+        return Timeline(segments, rate, fragments.frame_samples(rate, fmt),
+                        fragments.overhead(rate, fmt))
+    return Timeline(segments, rate)
+
+
+def _audio_files(job: Job, segments: list[Segment], spans: list[Span], timeline: Timeline,
+                 finished: Callable[[Segment], Audio], kept: Kept,
+                 store: MediaStore, target: MediaStore, threads: int
+                 ) -> tuple[list[dict[str, Any]], int, dict[str, Any] | None]:
+    """Encode the book (and its chapter files when it has several chapters), tag them and put
+    them in `target`: return the chapters' records, the book's size in bytes and, for a
+    mastered book, what mastering measured. `kept` finds a fragment encoded earlier."""
+    fmt, ext, rate = job.response_format, EXTENSIONS[job.response_format], timeline.rate
+    base, master = version_prefix(job.id, job.version or 1), job.options.get("mastering") == "acx"
     split = len(job.chapters) > 1
+    marks = [span.mark(rate) for span in spans]
     with tempfile.TemporaryDirectory(prefix="narrator-") as tmp:
         main = Path(tmp) / f"audio.{ext}"
         files = [Path(tmp) / f"chapter-{span.number:03d}.{ext}" for span in spans] \
             if split else []
-        finished = functools.partial(finish, store=store, part_key=part_key, lufs=lufs,
-                                     rate=rate, master=_targets(segments, spans, timeline)
-                                     if master else None)
         if fmt in fragments.FORMATS and not master:
-            prefix = parts_prefix(job.id)
-            _encode_fragments(segments, finished, timeline, fmt, main, files,
-                              [span.mark(rate) for span in spans], threads,
-                              lambda group, following: kept_fragment(store, fragments.group_key(
-                                  prefix, group, following, lufs, rate, fmt)))
+            _encode_fragments(segments, finished, timeline, fmt, main, files, marks, threads,
+                              kept)
         else:
-            with contextlib.closing(ordered(finished, segments, threads)) as blocks:
-                _encode(segments, blocks, timeline, fmt, main,
-                        [span.mark(rate) for span in spans], files, master)
-        if master:
-            checks = (checks or {}) | {"mastering": _measured(spans, files or [main])}
-        marks = [span.mark(rate) for span in spans]
+            with contextlib.closing(parts.ordered(finished, segments, threads)) as blocks:
+                _encode(segments, blocks, timeline, fmt, main, marks, files, master)
+        measured = _measured(spans, files or [main]) if master else None
         tags = tags_of(job, store) if fmt in TAGGED else None
         if tags is not None:
             write_tags(main, fmt, tags, marks if split else None)
@@ -374,31 +328,29 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         for chapter, span, path in zip(chapters, spans, files, strict=False):
             chapter["key"] = f"{base}/chapters/{span.number:03d}.{ext}"
             target.put_file(str(path), chapter["key"])
-        size = main.stat().st_size
+        return chapters, main.stat().st_size, measured
+
+
+def _subtitle_files(job: Job, segments: list[Segment], timeline: Timeline, words: Words | None,
+                    normalized: bool, target: MediaStore) -> tuple[dict[str, str], Any]:
+    """Write the subtitles the job asked for (SRT, VTT, the word track): their keys, and how
+    each segment's cues were timed (for the manifest)."""
+    base = version_prefix(job.id, job.version or 1)
     if words is not None:  # read each segment's words once, for the cues and the word track
         kept = {s.index: words(s) for s in segments}
         words = lambda s: kept[s.index]  # noqa: E731
     cues, timing = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2],
                                  words, lambda s: reader_for(job.options | (s.overrides or {}),
                                                              normalized))
-    subtitle_keys = {}
+    keys = {}
     for kind in job.options.get("subtitles") or []:
         if kind == "words":
-            subtitle_keys[kind] = f"{base}/subtitles.words.json"
-            target.put(subtitle_keys[kind], json.dumps(
+            keys[kind] = f"{base}/subtitles.words.json"
+            target.put(keys[kind], json.dumps(
                 word_track(segments, timeline, words, timing)).encode())
             continue
-        subtitle_keys[kind] = f"{base}/subtitles.{kind}"
+        keys[kind] = f"{base}/subtitles.{kind}"
         speakers = cue_speakers(segments, timeline, cues, job.options["cast"]) \
             if kind == "vtt" and job.options.get("cast") else None
-        target.put(subtitle_keys[kind], subtitles(cues, kind, speakers).encode())
-    target.put(f"{base}/manifest.json",
-               json.dumps(manifest(job, segments, timeline, chapters, checks,
-                                   timing if subtitle_keys else None, heard), indent=1).encode())
-    mastered = (checks or {}).get("mastering")
-    return {"store": job.output_url, "sample_rate": mastering.RATE if master else rate,
-            "duration_seconds": timeline.total / rate, "key": f"{base}/audio.{ext}",
-            "bytes": size, "chapters": chapters, "subtitles": subtitle_keys,
-            "manifest_key": f"{base}/manifest.json"} | (
-        {"verification": heard[1]} if heard is not None else {}) | (
-        {"mastering": {"profile": "acx", "ok": mastered["ok"]}} if mastered else {})
+        target.put(keys[kind], subtitles(cues, kind, speakers).encode())
+    return keys, timing

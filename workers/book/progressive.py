@@ -18,7 +18,7 @@ from core.keys import part_key, parts_prefix
 from models import Job, JobStatus, Segment, SegmentStatus
 from models.db import session_scope
 from storage import store_for
-from workers.book import assembly, fragments
+from workers.book import assembly, fragments, parts
 from workers.book.timeline import cuts_after
 from workers.settings import get_settings
 
@@ -99,7 +99,7 @@ def encode_fragment(job_id: uuid.UUID, first: int) -> bool:
         return False
 
     def finished(segment: Segment) -> Audio:
-        return assembly.finish(segment, store, lambda s: part_key(job_id, s.index),
+        return parts.finish(segment, store, lambda s: part_key(job_id, s.index),
                                settings.loudness_lufs, rate)
 
     assembly.keep_fragment(store, key,

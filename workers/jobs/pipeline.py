@@ -29,7 +29,7 @@ from models.db import session_scope
 from models.transitions import transition
 from storage import MediaStore, store_for
 from workers.aligners import Word
-from workers.book import alignment, assembly
+from workers.book import alignment, assembly, parts
 from workers.engines import Audio, Engine, SpeechRequest
 from workers.jobs import quality
 from workers.runtime.engine import get_engine
@@ -210,7 +210,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
                                             timed=aligns)
         synthesized = time.monotonic()
         store = store_for()
-        store.put(part_key(job_id, index), assembly.part_bytes(audio, engine.sample_rate))
+        store.put(part_key(job_id, index), parts.part_bytes(audio, engine.sample_rate))
         if words is not None:  # placed as it spoke: no alignment to run for this part
             store.put(alignment.words_key_for(job_id, index, attempt + runs - 1, len(audio)),
                       alignment.words_bytes(words))
@@ -334,7 +334,7 @@ class Assembled:
     again: tuple[uuid.UUID, ...] = ()
 
 
-def _synthesize_again(job: Job, lost: assembly.PartLost, max_attempts: int) -> Assembled:
+def _synthesize_again(job: Job, lost: parts.PartLost, max_attempts: int) -> Assembled:
     """Put a done segment whose part was lost back to pending; fail the job past its budget."""
     segment = lost.segment
     with session_scope() as session:
@@ -487,7 +487,7 @@ def assemble(job_id: uuid.UUID) -> Assembled:
                                    normalized=settings.normalize_text,
                                    heard=(checked.wer, verified)
                                    if checked is not None and verified is not None else None)
-    except assembly.PartLost as lost:
+    except parts.PartLost as lost:
         return _synthesize_again(job, lost, settings.segment_max_attempts)
     with session_scope() as session:
         now = utcnow()
