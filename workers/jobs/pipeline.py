@@ -4,22 +4,19 @@ Tasks call these and enqueue whatever they return only after the session has com
 Every function re-reads its rows and is safe to run twice.
 """
 
-import contextlib
-import math
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import structlog
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, defer
 
-from core import metrics, tracing
+from core import metrics
 from core.cast import voice_for
-from core.keys import job_prefix, part_key, parts_prefix, result_store, take_key
+from core.keys import job_prefix, part_key, parts_prefix, result_store
 from core.lexicon import reader_for
 from core.registry import worker_id
 from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
@@ -27,11 +24,11 @@ from models import Job, JobStatus, Segment, SegmentStatus, utcnow
 from models import segments as segment_state
 from models.db import session_scope
 from models.transitions import transition
-from storage import MediaStore, store_for
-from workers.aligners import Word
+from storage import store_for
 from workers.book import alignment, assembly, parts
-from workers.engines import Audio, Engine, SpeechRequest
-from workers.jobs import quality
+from workers.engines import Engine, SpeechRequest
+from workers.jobs import quality, retakes
+from workers.jobs.retakes import Assembled
 from workers.runtime.engine import get_engine
 from workers.runtime.liveness import holding
 from workers.settings import get_settings
@@ -88,49 +85,6 @@ def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
         if not pending and job.segments_done >= job.segments_total:
             return job.model, [job_id]  # nothing to synthesise: the caller assembles
     return job.model, list(pending)
-
-
-def _guarded(engine: Engine, request: SpeechRequest, rate: float, retries: int,
-             timed: bool = False
-             ) -> tuple[Audio, list[Word] | None, int, dict[str, Any] | None]:
-    """Synthesise; if the length is implausible, try again with new seeds (quality guard).
-
-    Returns the audio, its words where `timed` and the engine places them as it speaks
-    (Piper: workers/aligners/durations.py), how many times the engine ran, and the flag for
-    the manifest.
-    """
-    speak = getattr(engine, "synthesize_words", None) if timed else None
-    best: tuple[float, Audio, list[Word] | None] | None = None
-    verdict = None
-    for attempt in range(retries + 1):
-        if attempt:
-            request = replace(request, seed=(request.seed or 0) + attempt)
-            metrics.segment_retakes.labels(engine.info.id,
-                                           verdict.reason if verdict else "").inc()
-        started = time.perf_counter()
-        with tracing.span("engine.synthesize", model=engine.info.id, attempt=attempt,
-                          characters=len(request.text)) as span:
-            audio, words = speak([request])[0] if speak else (engine.synthesize([request])[0], None)
-            span.set_attribute("audio_seconds", len(audio) / engine.sample_rate)
-        metrics.observe_synthesis(engine.info.id, time.perf_counter() - started,
-                                  len(audio) / engine.sample_rate, "job")
-        verdict = quality.check(len(request.text), len(audio) / engine.sample_rate, rate)
-        if verdict is None:
-            break
-        miss = abs(math.log(max(verdict.seconds, 0.01) / max(verdict.expected_seconds, 0.01)))
-        if best is None or miss < best[0]:
-            best = (miss, audio, words)
-    runs = attempt + 1
-    if verdict is None and runs == 1:
-        return audio, words, 1, None
-    flag: dict[str, Any] = {"retries": runs - 1, "passed": verdict is None}
-    if verdict is not None:
-        assert best is not None
-        _, audio, words = best  # nothing passed: keep the closest, and say so
-        flag |= {"reason": verdict.reason, "expected_seconds": round(verdict.expected_seconds, 2),
-                 "seconds": round(verdict.seconds, 2)}
-    log.warning("segment.quality", request_id=request.request_id, **flag)
-    return audio, words, runs, flag
 
 
 def reserve(segment_id: uuid.UUID) -> None:
@@ -206,7 +160,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         )
     with holding(segment_id):  # its heartbeat stays fresh while this worker works on it
         started = time.monotonic()
-        audio, words, runs, flag = _guarded(engine, request, rate, settings.quality_retries,
+        audio, words, runs, flag = quality.guarded(engine, request, rate, settings.quality_retries,
                                             timed=aligns)
         synthesized = time.monotonic()
         store = store_for()
@@ -325,15 +279,6 @@ def _complete_plan(job: Job, segments: Sequence[Segment]) -> dict[str, int]:
                       [Piece(s.chapter, s.text, s.pause_after) for s in segments])
 
 
-@dataclass(frozen=True)
-class Assembled:
-    """What an assembly did: completed, failed or waiting, and segments to synthesise again."""
-
-    outcome: str
-    model: str = ""
-    again: tuple[uuid.UUID, ...] = ()
-
-
 def _synthesize_again(job: Job, lost: parts.PartLost, max_attempts: int) -> Assembled:
     """Put a done segment whose part was lost back to pending; fail the job past its budget."""
     segment = lost.segment
@@ -350,94 +295,6 @@ def _synthesize_again(job: Job, lost: parts.PartLost, max_attempts: int) -> Asse
             audio_seconds=Job.audio_seconds - (segment.duration_seconds or 0.0)))
     log.warning("segment.part_lost", job_id=str(job.id), segment=segment.index, error=str(lost))
     return Assembled("waiting", job.model, (segment.id,))
-
-
-def _take_of(segment: Segment, wer: float | None) -> dict[str, Any]:
-    """Describe a segment's current part as a take (`verify: "retry"`)."""
-    return {"attempts": segment.attempts, "samples": segment.samples,
-            "seconds": segment.duration_seconds, "wer": None if wer is None else round(wer, 4)}
-
-
-def _with_takes(segment: Segment, earlier: list[dict[str, Any]],
-                **more: Any) -> dict[str, Any]:
-    quality = dict(segment.quality or {})
-    quality["verify"] = dict(quality.get("verify") or {}) | {"takes": earlier} | more
-    return quality
-
-
-def _retake(job: Job, segments: list[Segment], checked: alignment.Checks, store: MediaStore,
-            margin: float, most: int) -> Assembled | None:
-    """`verify: "retry"` at assembly, when every segment has been heard back.
-
-    Segments far above the job's median word error rate (`alignment.verification`) are
-    synthesised again with a new seed, up to `most` times each: the current part is kept
-    aside as a take, and the segment goes back to pending (returned: the job waits for
-    them). Once none is left to retake, a segment whose earlier take was heard better than
-    its last one gets that take back (part, words, error rate), so the best take is kept.
-    Returns None when the job can be assembled now.
-    """
-    verified = alignment.verification(checked.wer, margin)
-    again = alignment.to_retake(segments, verified["flagged"], most)
-    if again:
-        moved = []
-        with session_scope() as session:
-            for segment in again:
-                earlier = alignment.takes(segment.quality)
-                take = len(earlier)
-                store.put(take_key(job.id, segment.index, take),
-                          store.get(part_key(job.id, segment.index)))
-                record = _take_of(segment, checked.wer.get(segment.index))
-                if session.execute(segment_state.retaken(
-                        segment.id, segment.attempts,
-                        _with_takes(segment, [*earlier, record]))).first() is None:
-                    continue
-                session.execute(update(Job).where(Job.id == job.id).values(
-                    segments_done=Job.segments_done - 1,
-                    audio_seconds=Job.audio_seconds - (segment.duration_seconds or 0.0)))
-                moved.append(segment.id)
-                log.warning("segment.retake", job_id=str(job.id), segment=segment.index,
-                            take=take + 1, wer=record["wer"],
-                            threshold=verified["threshold"])
-        return Assembled("waiting", job.model, tuple(moved))
-    for n, segment in enumerate(segments):
-        earlier = alignment.takes(segment.quality)
-        best = alignment.best_take(checked.wer.get(segment.index), earlier)
-        if best is not None:
-            segments[n] = _restore(job, segment, earlier, best, checked, store)
-    return None
-
-
-def _restore(job: Job, segment: Segment, earlier: list[dict[str, Any]], best: int,
-             checked: alignment.Checks, store: MediaStore) -> Segment:
-    """Put an earlier take back as a segment's part: its audio, samples, words and error
-    rate, under a new attempt count (MP3 fragments and checks are named by it)."""
-    take = earlier[best]
-    restored = Segment(**{c: getattr(segment, c) for c in (
-        "id", "job_id", "index", "chapter", "text", "pause_after", "status", "worker",
-        "heartbeat_at", "error")})
-    restored.attempts = segment.attempts + 1
-    restored.samples, restored.duration_seconds = take["samples"], take["seconds"]
-    restored.quality = _with_takes(segment, [*earlier, _take_of(
-        segment, checked.wer.get(segment.index))], kept=best)
-    store.put(part_key(job.id, segment.index), store.get(take_key(job.id, segment.index, best)))
-    then = Segment(attempts=take["attempts"], samples=take["samples"], index=segment.index)
-    for key in (alignment.words_key, alignment.heard_key):
-        with contextlib.suppress(FileNotFoundError):
-            store.put(key(job.id, restored), store.get(key(job.id, then)))
-    with session_scope() as session:  # once, if two assemblies run (the other sees it done)
-        if session.execute(segment_state.take_restored(
-                segment.id, segment.attempts, attempts=restored.attempts,
-                samples=restored.samples, duration_seconds=restored.duration_seconds,
-                quality=restored.quality)).first() is not None:
-            session.execute(update(Job).where(Job.id == job.id).values(
-                audio_seconds=Job.audio_seconds + (take["seconds"] or 0.0)
-                - (segment.duration_seconds or 0.0)))
-    checked.wer[segment.index] = take["wer"]
-    if segment.index in checked.words:
-        checked.words[segment.index] = alignment.kept_words(store, job.id)(restored)
-    log.info("segment.take_kept", job_id=str(job.id), segment=segment.index, take=best + 1,
-             wer=take["wer"])
-    return restored
 
 
 def assemble(job_id: uuid.UUID) -> Assembled:
@@ -472,7 +329,7 @@ def assemble(job_id: uuid.UUID) -> Assembled:
         checked = alignment.checks_for(job, segments, store) \
             if alignment.checked(job) else None
         if checked is not None and alignment.retries(job):
-            again = _retake(job, segments, checked, store, settings.verify_wer_margin,
+            again = retakes.retake(job, segments, checked, store, settings.verify_wer_margin,
                             settings.quality_retries)
             if again is not None:
                 return again
