@@ -19,7 +19,8 @@ from core.catalog import Qwen3Config, qwen3_model
 from tests.doubles.omni import SCALE, FakeOmni, SlowOmni
 from tests.test_vllm_omni_adapter import MODEL, assert_concurrent_requests_keep_their_own_audio
 from workers.engines import SpeechRequest
-from workers.engines.engine_process import ADOPT_ENV, EngineProcess, EngineProcessError
+from workers.engines.engine_child import EngineProcessError
+from workers.engines.engine_process import ADOPT_ENV, EngineProcess
 from workers.engines.qwen3_tts import OutputKind
 from workers.engines.vllm_omni import VllmOmniEngine
 
@@ -121,7 +122,7 @@ def test_realtime_messages_leave_the_child_before_queued_batch_audio() -> None:
     import multiprocessing
     import threading
 
-    from workers.engines.engine_process import _Outbox
+    from workers.engines.engine_child import Outbox as _Outbox
 
     outbox = _Outbox()
     for call in range(3):

@@ -25,11 +25,9 @@ import contextlib
 import itertools
 import multiprocessing
 import os
-import pickle
 import queue
 import shutil
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -38,8 +36,6 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import (
     Client,
     Connection,
-    answer_challenge,
-    deliver_challenge,
 )
 from pathlib import Path
 from typing import Any
@@ -47,186 +43,14 @@ from typing import Any
 import structlog
 
 from core.catalog import ModelInfo
-from core.logs import configure
 from workers.engines import Audio, SpeechRequest, drain, slots_for
+from workers.engines.engine_child import DETACH, Build, EngineProcessError, serve
 from workers.engines.qwen3_tts import OutputKind, Reference
 
 log = structlog.get_logger()
-Build = Callable[[], Any]  # picklable: it is called in the child to make the real engine
 References = Callable[[str], Reference | None]
 ADOPT_ENV = "NARRATOR_ENGINE_ADOPT"  # "pid:authkey hex:socket path", for the worker's next image
 ADOPT_WAIT_SECONDS = 600.0  # a detached engine waits this long for the next image to adopt it
-DETACH = "detach"  # the worker's message: keep the engine running, I exec and come back
-FIRST_CONNECTION_SECONDS = 120.0  # a child whose worker never connects (killed) exits
-
-
-class EngineProcessError(RuntimeError):
-    """The engine's process exited or could not start."""
-
-
-class _Outbox:
-    """The child's messages to the worker, realtime ones first.
-
-    One connection carries everything, and a batch segment's audio is 1.9 MB: when a wave of
-    segments ends together, a streamed request's chunk queued behind 64 of them would wait
-    for 120 MB to be pickled and read. Chunks and realtime answers jump that queue; the
-    socket itself then holds at most the one message being sent.
-    """
-
-    REALTIME, BATCH, LAST = 0, 1, 2
-
-    def __init__(self) -> None:
-        self._queue: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
-        self._order = itertools.count()
-
-    def put(self, message: tuple[str, int, Any] | None, rank: int) -> None:
-        """Queue one message (None, ranked LAST, ends the sender)."""
-        self._queue.put((rank, next(self._order), message))
-
-    def send_all(self, results: Connection) -> None:
-        """Send messages in rank order, then arrival order, until None (or the worker is
-        gone)."""
-        with contextlib.suppress(OSError):
-            while (message := self._queue.get()[2]) is not None:
-                results.send(message)
-
-
-def _serve(build: Build, address: str, authkey: bytes, adopt_wait: float) -> None:
-    """Child: build the engine once its worker has connected, serve that connection, and
-    after a DETACH the worker's next image, until one disconnects without detaching."""
-    configure()  # the worker's log format, in the worker's log (stderr is shared)
-    log.info("engine.process_building")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(address)
-    listener.listen(4)
-    engine: Any = None
-    served = _Count()
-    wait = FIRST_CONNECTION_SECONDS  # the worker connects as soon as this listens
-    try:
-        while (connection := _accept(listener, authkey, wait)) is not None:
-            if engine is None:
-                try:
-                    engine = build()
-                    engine.start()
-                except BaseException as error:  # the worker reports why the start failed
-                    connection.send(("failed", -1, _picklable(error)))
-                    return
-            if not _serve_connection(engine, connection, served):
-                engine = None  # closed by its last worker image
-                break
-            log.info("engine.detached", wait_seconds=adopt_wait, served=served.value)
-            wait = adopt_wait
-        else:
-            log.warning("engine.not_adopted", wait_seconds=wait)
-    finally:
-        listener.close()
-        shutil.rmtree(Path(address).parent, ignore_errors=True)  # no one will connect again
-        if engine is not None:
-            engine.close()
-
-
-def _accept(listener: socket.socket, authkey: bytes, timeout: float) -> Connection | None:
-    """Return the next authenticated connection, or None after `timeout` seconds."""
-    listener.settimeout(timeout)
-    while True:
-        try:
-            accepted, _ = listener.accept()
-        except TimeoutError:
-            return None
-        accepted.setblocking(True)
-        connection = Connection(accepted.detach())
-        try:
-            deliver_challenge(connection, authkey)
-            answer_challenge(connection, authkey)
-        except (AuthenticationError, EOFError, OSError):
-            connection.close()
-            continue
-        return connection
-
-
-class _Count:
-    """Requests the engine has answered (its next adopter skips the warm-up if any)."""
-
-    def __init__(self) -> None:
-        self.value = 0
-        self._lock = threading.Lock()
-
-    def add(self) -> None:
-        with self._lock:
-            self.value += 1
-
-
-def _serve_connection(engine: Any, connection: Connection, served: _Count) -> bool:
-    """Serve one worker image: take (call id, request, reference, kind) until it closes or
-    sends DETACH. Return whether it detached (the engine then waits for its next image)."""
-    outbox = _Outbox()
-    # One sender: the engine's loop never blocks on a full socket.
-    sender = threading.Thread(target=outbox.send_all, args=(connection,),
-                              name="engine-results", daemon=True)
-    sender.start()
-    outbox.put(("started", -1, (engine.sample_rate, served.value)), outbox.REALTIME)
-
-    def finished(call: int, rank: int, future: concurrent.futures.Future[Audio]) -> None:
-        served.add()
-        error = future.exception()
-        outbox.put(("error", call, _picklable(error)) if error else
-                   ("done", call, future.result()), rank)
-
-    detached = False
-    while (message := _receive_or_none(connection)) is not None:
-        if message == DETACH:
-            detached = True
-            break
-        call, request, reference, kind = message
-        rank = outbox.REALTIME if request.realtime else outbox.BATCH
-        on_chunk = _chunks_to(outbox, call, request.request_id) \
-            if kind is OutputKind.DELTA else None
-        try:
-            future = engine.submit(request, kind, on_chunk, reference=reference)
-        except Exception as error:  # the request fails, the engine goes on
-            outbox.put(("error", call, _picklable(error)), rank)
-            continue
-        future.add_done_callback(lambda f, call=call, rank=rank: finished(call, rank, f))
-    if not detached:
-        engine.close()  # before the sender ends: what the engine finishes is still sent
-    outbox.put(None, outbox.LAST)
-    sender.join(30)
-    connection.close()
-    return detached
-
-
-def _chunks_to(outbox: _Outbox, call: int, request_id: str) -> Callable[[Audio], None]:
-    """Return a streamed call's chunk callback; it logs how long the engine took to the
-    first one (the worker logs the same seen from its side: the difference is the socket)."""
-    asked = time.perf_counter()
-    first = True
-
-    def on_chunk(audio: Audio) -> None:
-        nonlocal first
-        if first:
-            first = False
-            log.info("engine.first_chunk", request_id=request_id,
-                     ms=round((time.perf_counter() - asked) * 1000, 1))
-        outbox.put(("chunk", call, audio), outbox.REALTIME)
-
-    return on_chunk
-
-
-def _receive_or_none(requests: Connection) -> Any:
-    try:
-        return requests.recv()
-    except (EOFError, OSError):  # the worker is gone: free the GPU all the same
-        return None
-
-
-def _picklable(error: BaseException) -> BaseException:
-    try:
-        pickle.dumps(error)
-    except Exception:  # anything unpicklable travels as its text
-        return EngineProcessError(repr(error))
-    return error
-
-
 class _Call:
     """One request in flight: its future, and its chunk queue when streamed."""
 
@@ -333,7 +157,7 @@ class EngineProcess:
         folder = tempfile.mkdtemp(prefix="narrator-engine-")  # mode 0700
         address, authkey = str(Path(folder) / "engine.sock"), os.urandom(32)
         context = multiprocessing.get_context("spawn")  # never fork a CUDA parent
-        process = context.Process(target=_serve, name=f"engine-{self.info.id}",
+        process = context.Process(target=serve, name=f"engine-{self.info.id}",
                                   args=(self._build, address, authkey, ADOPT_WAIT_SECONDS))
         process.start()
         connection = self._connect(address, authkey, process, 60)
