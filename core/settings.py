@@ -1,54 +1,122 @@
 """The one settings base: what every Narrator process reads (prefix NARRATOR_).
 
-The database's and storage's own settings (models/, storage/: they import nothing above
-them) are merged in, so each variable has one default; the API's and the workers' settings
-extend this class with what only they read.
+Settings are grouped by concern, one class each; a process's settings class inherits the
+groups it reads, so each variable has one default and one description (the docstring under
+its field), and keeps its flat name (NARRATOR_BROKER_URL, not a nested one). The database's
+and storage's own groups live in models/ and storage/ (they import nothing above them); the
+API's and the workers' settings add the groups only they read. docs/configuration.md is
+generated from these classes (`python -m narrator.configuration`).
 """
 
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import BaseSettings
 
-from models.settings import DatabaseSettings
+from models.settings import CONFIG, DatabaseSettings
 from storage.settings import StorageSettings
 
 
-class CoreSettings(DatabaseSettings, StorageSettings):
-    """Broker, engine and model, and the URLs and limits both sides of a job share."""
+class BrokerSettings(BaseSettings):
+    """Broker: how tasks and sync results travel between the API and the workers."""
 
-    model_config = SettingsConfigDict(env_prefix="NARRATOR_", extra="ignore")
+    model_config = CONFIG
 
-    # How a job's text is planned into segments: the planner on a worker, and the API when a
-    # re-render changes a chapter's text.
-    segment_chars: int = 400
-    sentence_gap_seconds: float = 0.25
-    paragraph_gap_seconds: float = 0.6
-    chapter_gap_seconds: float = 1.5
     broker_url: str = ""
+    """`redis://host:6379/0`; sync results then travel on Redis streams. Empty: the embedded
+    filesystem broker under DATA_DIR (one host only)."""
     broker_poll_seconds: float = 0.01
+    """Polling of the embedded broker where its folder cannot be watched (no inotify) or a
+    consumer's prefetch is full; otherwise consumers wake as messages land."""
+
+
+class SpeechSettings(BaseSettings):
+    """Speech: the engine and model the workers run, and the text planner both sides share."""
+
+    model_config = CONFIG
+
     engine: str = "piper"
+    """`piper` (CPU) or `vllm-omni` (GPU, Qwen3-TTS)."""
     model: str = ""
-    # The forced aligner of the workers that run `narrator.align_segment` (workers/settings.py
-    # has its own settings): the API accepts `words` subtitles in the languages it covers
-    # (core.catalog.ALIGNER_LANGUAGES). Set it the same for the API and the workers.
+    """Piper: the model id (empty: `piper`, the bundled voice). vLLM-Omni: a checkpoint
+    folder, or a hub id already in the local cache (nothing is fetched at run time)."""
     aligner: Literal["pocketsphinx", "qwen3"] = "pocketsphinx"
-    # The recogniser of the recognition check (`verify`): the API accepts `verify` in the
-    # languages it hears (core.catalog.RECOGNIZER_LANGUAGES). The same for API and workers.
+    """The forced aligner of the workers that run `narrator.align_segment`: `pocketsphinx`
+    (CPU, bundled en-us model: English) or `qwen3`: Qwen3-ForcedAligner-0.6B through vLLM on
+    that worker's GPU (workers/aligners/qwen3.py; the segments that arrive together are
+    aligned in one batch), for English, Chinese, German, French, Spanish, Portuguese,
+    Italian, Indonesian and Arabic. Set it the same for the API, which accepts `words`
+    subtitles in those languages only. Any other value stops the process at start."""
     recognizer: Literal["pocketsphinx", "qwen3"] = "pocketsphinx"
-    # Base of API URLs: the API uses the request's own base URL when empty; webhook payloads
-    # (sent by workers) use http://127.0.0.1:8000 then.
+    """The recogniser of the recognition check (`verify`), read by the API and the workers
+    alike: `pocketsphinx` (CPU, English) or `qwen3`: Qwen3-ASR through vLLM on the GPU of
+    the workers that check segments, which hears en, zh, de, fr, es, pt, it, id and ar; the
+    API refuses `verify` in other languages. Qwen3-ASR gives no word times, so the aligner
+    still places words."""
+    segment_chars: int = 400
+    """Target segment size in characters; a sentence is split only when it alone is longer.
+    Read by the planner on a worker and by the API when a re-render changes a chapter."""
+    sentence_gap_seconds: float = 0.25
+    """Silence between segments, and between the pieces of a split sync answer."""
+    paragraph_gap_seconds: float = 0.6
+    """Silence between paragraphs."""
+    chapter_gap_seconds: float = 1.5
+    """Silence between chapters (in one-file outputs)."""
+
+
+class LinkSettings(BaseSettings):
+    """Links and webhooks: the API's public address and what webhooks may call."""
+
+    model_config = CONFIG
+
     public_api_url: str = ""
-    # Private networks or hosts that webhooks may call anyway (comma-separated CIDRs, names).
-    outbound_allow: str = ""
-    sync_timeout_seconds: float = 120.0  # a sync request waits this long for a worker
-    # A worker speaking a sync request sends a keepalive frame this often; the API answers
-    # 503 once the worker that took a request has been silent for SYNC_SILENCE_SECONDS
-    # (it died, or lost the broker), instead of waiting out SYNC_TIMEOUT_SECONDS.
-    sync_keepalive_seconds: float = 1.0
-    sync_silence_seconds: float = 5.0
+    """Base of API content URLs (behind a proxy, and in webhook payloads); empty: the
+    request's own base URL in the API, `http://127.0.0.1:8000` in workers."""
     webhook_secret: str = ""
+    """Signs webhooks: `X-Narrator-Signature: t=<unix>,v1=<hex>`, HMAC-SHA256 over
+    `"<t>.<body>"`; receivers should check it and reject old timestamps. Empty: unsigned."""
+    outbound_allow: str = ""
+    """Webhooks go only to http(s) URLs whose host resolves to public addresses (no loopback,
+    private, link-local or metadata, CGNAT, multicast or reserved ones), checked at submit
+    (400 `webhook_url_refused`) and again before each delivery, without following redirects;
+    comma-separated CIDRs or host names listed here are allowed anyway."""
+
+
+class SyncSettings(BaseSettings):
+    """Sync speech: how long `POST /v1/audio/speech` waits for a worker and for its frames."""
+
+    model_config = CONFIG
+
+    sync_timeout_seconds: float = 120.0
+    """How long a sync request waits for a worker to take it (then 503)."""
+    sync_keepalive_seconds: float = 1.0
+    """A worker speaking a sync request sends a keepalive frame this often."""
+    sync_silence_seconds: float = 5.0
+    """Once a worker took a sync request, this long without a frame from it means it is gone
+    (it died, or lost the broker): a sync request gets 503 `worker_lost` (`Retry-After: 1`),
+    a stream that has begun is cut."""
+
+
+class LogSettings(BaseSettings):
+    """Logs: structured lines from every process (structlog)."""
+
+    model_config = CONFIG
+
+    log_level: str = "INFO"
+    """`DEBUG`, `INFO`, `WARNING` or `ERROR`. Every API line carries `request_id` (also
+    returned as `X-Request-Id`), every worker line `task` and `task_id`, and job work
+    `job_id` (and `segment`)."""
+    log_json: bool | None = None
+    """`true`: one JSON object per line; `false`: coloured console lines; unset: JSON when
+    the output is not a terminal."""
+
+
+class CoreSettings(DatabaseSettings, StorageSettings, BrokerSettings, SpeechSettings,
+                   LinkSettings, SyncSettings, LogSettings):
+    """What both the API and the workers read."""
+
+    model_config = CONFIG
 
     @property
     def embedded_broker(self) -> bool:

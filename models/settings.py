@@ -5,17 +5,26 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# Every settings class: variables prefixed NARRATOR_, unknown ones ignored, and each field's
+# description the docstring under it (the configuration reference is generated from them).
+CONFIG = SettingsConfigDict(env_prefix="NARRATOR_", extra="ignore",
+                            use_attribute_docstrings=True)
+
 
 class DatabaseSettings(BaseSettings):
-    """Where the job table lives: Postgres in production, SQLite under DATA_DIR when embedded."""
+    """Database: where the job table lives, Postgres in production, SQLite when embedded."""
 
-    model_config = SettingsConfigDict(env_prefix="NARRATOR_", extra="ignore")
+    model_config = CONFIG
 
     data_dir: Path = Path("./narrator-data")
+    """Folder of the embedded mode's state: the SQLite database, the filesystem broker, and
+    media when STORAGE_URL is empty."""
     database_url: str = ""
-    # Connections each process keeps open. No overflow: a connection opened for a burst and
-    # closed after it costs Postgres a backend start each time (bench.submit).
+    """SQLAlchemy URL of the job table (`postgresql://user:pass@host/db`); empty: SQLite in
+    DATA_DIR. Any Postgres scheme works: the API uses asyncpg, workers and migrations psycopg."""
     database_pool_size: int = 20
+    """Connections each process keeps open. No overflow: a connection opened for a burst and
+    closed after it costs Postgres a backend start each time (bench.submit)."""
 
     def url(self, *, asynchronous: bool = False) -> str:
         """Return the SQLAlchemy URL with the driver this process uses."""

@@ -20,13 +20,18 @@ cli = typer.Typer(help="Narrator: a self-hosted text-to-speech job platform.",
 
 
 @cli.callback()
-def _setup(log_level: Annotated[str, typer.Option(envvar="NARRATOR_LOG_LEVEL")] = "INFO",
-           log_json: Annotated[bool | None, typer.Option(envvar="NARRATOR_LOG_JSON")] = None,
+def _setup(log_level: Annotated[str | None, typer.Option(
+               help="DEBUG, INFO, WARNING or ERROR [default: NARRATOR_LOG_LEVEL, INFO]")] = None,
+           log_json: Annotated[bool | None, typer.Option(
+               help="JSON lines [default: NARRATOR_LOG_JSON, else when not a terminal]")] = None,
            ) -> None:
     """Configure logging for every command."""
     from core.logs import configure
+    from core.settings import LogSettings
 
-    configure(log_level.upper(), log_json)
+    settings = LogSettings()
+    configure((log_level or settings.log_level).upper(),
+              settings.log_json if log_json is None else log_json)
 UrlOpt = Annotated[str, typer.Option("--url", envvar="NARRATOR_URL", help="API base URL")]
 KeyOpt = Annotated[str, typer.Option("--api-key", envvar="NARRATOR_API_KEY")]
 DEFAULT_URL = "http://127.0.0.1:8000"

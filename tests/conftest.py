@@ -19,6 +19,7 @@ from sqlalchemy import Engine, text
 
 from models.db import engine_for
 from tests.support import Process, Stack, free_ports, start_stack, wait_for
+from workers.tuning import tuning
 
 DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
@@ -261,3 +262,12 @@ def pipeline_env(database_url: str, tmp_path: Path,
     models.db.reset_sessionmaker()
     for cache in caches:
         cache.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _engine_tuning_read_afresh() -> Iterator[None]:
+    """The engine tuning is read once per process (workers/tuning.py); each test reads
+    it from its own environment, and leaves none behind."""
+    tuning.cache_clear()
+    yield
+    tuning.cache_clear()

@@ -12,11 +12,6 @@ from workers.settings import WorkerSettings
 README = Path(__file__).resolve().parent.parent / "README.md"
 # Variables the table documents that no settings class holds, and why.
 READ_ELSEWHERE = {
-    "ENGINE_TRACE": "read in vLLM-Omni's stage processes, which load no Narrator settings",
-    "TALKER_ADMIT_LEAST": "read in vLLM-Omni's stage processes",
-    "TALKER_ADMIT_WAIT_MS": "read in vLLM-Omni's stage processes",
-    "LOG_LEVEL": "read by the logging set-up, before any settings load",
-    "LOG_JSON": "read by the logging set-up, before any settings load",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "OpenTelemetry's own variable",
     "PROMETHEUS_MULTIPROC_DIR": "prometheus_client's own variable",
 }

@@ -9,15 +9,35 @@ import pytest
 from bench.engine_trace import breakdown, load, report
 from workers.engines import trace
 from workers.engines.vllm_omni import STAGE1_SCHEDULER, TALKER_SCHEDULER, stage_overrides
+from workers.tuning import tuning
+
+
+class Environment:
+    """Set or unset a variable and read the engine tuning again, as a new process would."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.monkeypatch = monkeypatch
+
+    def set(self, name: str, value: str | None) -> None:
+        if value is None:
+            self.monkeypatch.delenv(name, raising=False)
+        else:
+            self.monkeypatch.setenv(name, value)
+        tuning.cache_clear()
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> Environment:
+    return Environment(monkeypatch)
 
 
 def test_off_by_default_and_whole_lines_from_many_threads(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NARRATOR_ENGINE_TRACE", raising=False)
+                                                          env: Environment) -> None:
+    env.set("NARRATOR_ENGINE_TRACE", None)
     trace.event("submit", rid="x")  # off: nothing written, nothing raised
     assert not trace.enabled()
     path = tmp_path / "trace.jsonl"
-    monkeypatch.setenv("NARRATOR_ENGINE_TRACE", str(path))
+    env.set("NARRATOR_ENGINE_TRACE", str(path))
 
     def write(n: int) -> None:
         for i in range(200):
@@ -58,16 +78,15 @@ def test_the_report_splits_first_audio_into_its_stages(tmp_path: Path) -> None:
     assert "Code2Wav: 2 steps; period median 30.0 ms" in table
 
 
-def test_the_talker_scheduler_runs_only_when_traced_or_holding(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NARRATOR_ENGINE_TRACE", raising=False)
-    monkeypatch.delenv("NARRATOR_TALKER_ADMIT_LEAST", raising=False)
+def test_the_talker_scheduler_runs_only_when_traced_or_holding(env: Environment) -> None:
+    env.set("NARRATOR_ENGINE_TRACE", None)
+    env.set("NARRATOR_TALKER_ADMIT_LEAST", None)
     assert stage_overrides() == {"1": {"scheduler_cls": STAGE1_SCHEDULER}}
     both = {"0": {"scheduler_cls": TALKER_SCHEDULER}, "1": {"scheduler_cls": STAGE1_SCHEDULER}}
-    monkeypatch.setenv("NARRATOR_TALKER_ADMIT_LEAST", "16")
+    env.set("NARRATOR_TALKER_ADMIT_LEAST", "16")
     assert stage_overrides() == both
-    monkeypatch.delenv("NARRATOR_TALKER_ADMIT_LEAST")
-    monkeypatch.setenv("NARRATOR_ENGINE_TRACE", "/dev/null")
+    env.set("NARRATOR_TALKER_ADMIT_LEAST", None)
+    env.set("NARRATOR_ENGINE_TRACE", "/dev/null")
     assert stage_overrides() == both
 
 

@@ -29,6 +29,7 @@ from workers.engines.qwen3_tts import (
     additional_information,
 )
 from workers.engines.vllm_omni import BATCH_PRIORITY, REALTIME_PRIORITY, VllmOmniEngine
+from workers.tuning import tuning
 
 MODEL = Path(__file__).parent / "data" / "qwen3-tts-0.6b-customvoice"
 @pytest.fixture(scope="module")
@@ -135,6 +136,7 @@ def test_a_traced_engine_records_a_realtime_requests_submit_and_first_audio_only
         config: Qwen3Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "trace.jsonl"
     monkeypatch.setenv("NARRATOR_ENGINE_TRACE", str(path))
+    tuning.cache_clear()  # as in a process started with the variable set
     engine, fake = make_engine(config)
     list(engine.stream(SpeechRequest(text="Hi.", voice="ryan", max_new_tokens=70,
                                      realtime=True)))

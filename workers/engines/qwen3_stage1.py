@@ -32,21 +32,19 @@ also holds the talker's scheduler (stage 0, `TalkerScheduler`): batch admissions
 together (`hold_admission`) and its steps traced (workers/engines/trace.py).
 """
 
-import os
 import time
 from collections.abc import Callable, Iterable, MutableSequence, Sized
 from typing import Any
 
 from workers.engines import trace
+from workers.tuning import tuning
 
 REALTIME_TAG = "narrator-rt"
-# Code2Wav tokens: 16 codebooks per frame, so 8192 is two 250-frame segments. The variable
-# is for benchmarks of the cap (bench/gpu_run.sh), read in the stage process.
-BATCH_TOKENS = int(os.environ.get("NARRATOR_C2W_BATCH_TOKENS") or 8192)
-# The talker's batch admissions (hold_admission), read in the talker's stage process, which
-# inherits the worker's environment.
-ADMIT_LEAST = int(os.environ.get("NARRATOR_TALKER_ADMIT_LEAST") or 1)
-ADMIT_WAIT_S = float(os.environ.get("NARRATOR_TALKER_ADMIT_WAIT_MS") or 500) / 1000
+# Code2Wav's batch cap and the talker's batch admissions (hold_admission), read in the stage
+# processes, which inherit the worker's environment (workers/tuning.py).
+BATCH_TOKENS = tuning().c2w_batch_tokens
+ADMIT_LEAST = tuning().talker_admit_least
+ADMIT_WAIT_S = tuning().talker_admit_wait_ms / 1000
 
 
 def realtime(request: Any) -> bool:

@@ -14,18 +14,20 @@ import threading
 import time
 from typing import Any
 
+from workers.tuning import tuning
+
 _lock = threading.Lock()
 _fds: dict[str, int] = {}  # one descriptor per trace path
 
 
 def enabled() -> bool:
     """Say whether tracing is on in this process."""
-    return bool(os.environ.get("NARRATOR_ENGINE_TRACE"))
+    return bool(tuning().engine_trace)
 
 
 def event(name: str, **fields: Any) -> None:
     """Append one event line (a single write with O_APPEND: whole lines across processes)."""
-    path = os.environ.get("NARRATOR_ENGINE_TRACE")
+    path = tuning().engine_trace
     if not path:
         return
     line = json.dumps({"t": time.time(), "pid": os.getpid(), "ev": name, **fields},

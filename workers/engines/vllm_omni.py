@@ -32,6 +32,7 @@ from workers.engines.qwen3_tts import (
     Reference,
     additional_information,
 )
+from workers.tuning import tuning
 
 log = structlog.get_logger()
 REALTIME_PRIORITY, BATCH_PRIORITY = 0, 10  # vLLM serves lower values first
@@ -230,7 +231,7 @@ def stage_overrides() -> dict[str, dict[str, str]]:
     talker's own when the engine is traced (NARRATOR_ENGINE_TRACE) or holds batch admissions
     (NARRATOR_TALKER_ADMIT_LEAST above 1); otherwise the talker runs vLLM-Omni's."""
     overrides = {"1": {"scheduler_cls": STAGE1_SCHEDULER}}
-    if trace.enabled() or int(os.environ.get("NARRATOR_TALKER_ADMIT_LEAST") or 1) > 1:
+    if trace.enabled() or tuning().talker_admit_least > 1:
         overrides["0"] = {"scheduler_cls": TALKER_SCHEDULER}
     return overrides
 
