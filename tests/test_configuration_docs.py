@@ -1,69 +1,40 @@
-"""The README's configuration table and the settings classes say the same thing: every
-setting has a row, every row is a setting (or read where no settings load, listed here with
-why), and a plain default written in the table is the code's default."""
+"""The configuration reference and the code say the same thing: docs/configuration.md is what
+the settings classes generate, every setting belongs to a documented group, and every
+NARRATOR_ variable the code names is a setting or listed as read elsewhere, with why."""
 
 import re
 from pathlib import Path
-from typing import Any
 
 from api.settings import ApiSettings
+from narrator.configuration import ELSEWHERE, GROUPS, render
 from workers.settings import WorkerSettings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-# Variables the table documents that no settings class holds, and why.
-READ_ELSEWHERE = {
-    "OTEL_EXPORTER_OTLP_ENDPOINT": "OpenTelemetry's own variable",
-    "PROMETHEUS_MULTIPROC_DIR": "prometheus_client's own variable",
-}
-# Settings the table leaves out, and why.
-NOT_FOR_USERS = {"WORKER_QUEUES": "set by `narrator worker --queues`, which documents it"}
+ROOT = Path(__file__).resolve().parent.parent
+APP = ["api", "core", "workers", "models", "storage", "narrator", "web"]
+# Named in the code but set by Narrator itself, never by a user.
+INTERNAL = {"NARRATOR_ENGINE_ADOPT": "a worker hands its running engine to its next image"}
 
 
-def _defaults() -> dict[str, Any]:
-    return {name.upper(): field.default for cls in (ApiSettings, WorkerSettings)
-            for name, field in cls.model_fields.items()}
+def test_the_reference_is_what_the_classes_generate() -> None:
+    written = (ROOT / "docs" / "configuration.md").read_text()
+    assert written == render(), "run: python -m narrator.configuration > docs/configuration.md"
 
 
-def _table() -> dict[str, str]:
-    """Each variable of the table and its default cell."""
-    text = README.read_text()
-    section = text[text.index("## Configuration"):text.index("## Architecture")]
-    rows: dict[str, str] = {}
-    for names, default in re.findall(r"^\| (`[^|]+?) \| ([^|]*?) \|", section, re.M):
-        for name in re.findall(r"`([A-Z0-9_]+)`", names):
-            rows[name] = default
-    return rows
+def test_every_setting_is_in_a_documented_group() -> None:
+    grouped = {name for group, _ in GROUPS for name in group.model_fields}
+    settings = set(ApiSettings.model_fields) | set(WorkerSettings.model_fields)
+    assert settings == grouped
+    for group, _ in GROUPS:
+        assert ": " in (group.__doc__ or ""), group  # "Title: what it is about"
+        for name, field in group.model_fields.items():
+            assert field.description, f"{group.__name__}.{name} has no docstring"
 
 
-def test_every_setting_has_a_row_and_every_row_a_setting() -> None:
-    settings, rows = set(_defaults()), set(_table())
-    assert settings - rows - set(NOT_FOR_USERS) == set()
-    assert rows - settings - set(READ_ELSEWHERE) == set()
-
-
-def _same(written: str, default: Any) -> bool:
-    if isinstance(default, bool):
-        return written == str(default).lower()
-    if isinstance(default, int | float):
-        return float(written.replace(",", "")) == default
-    if isinstance(default, Path):
-        return Path(written) == default
-    return bool(written == default)
-
-
-def test_a_plain_default_in_the_table_is_the_codes() -> None:
-    """Rows whose default is one literal (`30`, `true`, `wav`); a default the code computes
-    (an empty string there: SQLite in DATA_DIR, a path in the package) is described instead."""
-    defaults, checked = _defaults(), 0
-    for name, cell in _table().items():
-        literal = re.fullmatch(r"`(-?[^`]*)`", cell.strip())
-        default = defaults.get(name)
-        if literal is None or name not in defaults or default in ("", None):
-            continue
-        written = literal.group(1)
-        if isinstance(default, int | float) and not isinstance(default, bool) \
-                and not re.fullmatch(r"-?[0-9][0-9,]*(\.[0-9]+)?", written):
-            continue
-        assert _same(written, default), (name, written, default)
-        checked += 1
-    assert checked > 40  # most rows are plain literals: the check reads them
+def test_every_variable_the_code_names_is_a_setting_or_read_elsewhere_for_a_reason() -> None:
+    named = {name for package in APP for path in (ROOT / package).rglob("*.py")
+             for name in re.findall(r"NARRATOR_[A-Z0-9_]+", path.read_text())}
+    settings = {f"NARRATOR_{name.upper()}" for name in
+                set(ApiSettings.model_fields) | set(WorkerSettings.model_fields)}
+    elsewhere = {name for name, _, _ in ELSEWHERE}
+    assert named - settings - elsewhere - set(INTERNAL) == set()
+    assert len(named & settings) > 10  # the scan reads the code
