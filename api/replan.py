@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.keys import part_key, parts_prefix
 from core.settings import CoreSettings
 from core.text import Gaps, Piece, plan_pieces
-from models import Segment, SegmentStatus
+from models import Segment, SegmentStatus, uuid7
 from models import segments as segment_state
 from storage import MediaStore
 
@@ -65,7 +65,7 @@ class Replan:
     async def insert(self, session: AsyncSession, job_id: uuid.UUID,
                      overrides: dict[str, Any] | None) -> list[uuid.UUID]:
         """Insert the new text's segments, pending; return their ids."""
-        ids = [uuid.uuid4() for _ in self.new]
+        ids = [uuid7() for _ in self.new]
         rows = [{"id": key, "job_id": job_id, "index": n, "chapter": piece.chapter,
                  "text": piece.text, "pause_after": piece.pause_after, "speaker": piece.speaker,
                  "status": SegmentStatus.pending, "attempts": 0, "overrides": overrides}

@@ -50,7 +50,6 @@ def book(folder: str, hours: float, fmt: str) -> tuple[Any, list[Any], Any]:
 def run(hours: float, fmt: str, threads: int) -> dict[str, Any]:
     """Time the three phases for one book."""
     from core.audio import decode
-    from core.keys import parts_prefix
     from workers.book import assembly, fragments, parts
     from workers.book.timeline import cuts_after
 
@@ -75,7 +74,7 @@ def run(hours: float, fmt: str, threads: int) -> dict[str, Any]:
                 group, following,
                 lambda s: parts.finish(s, store, key, -16.0, RATE), RATE, fmt)
             assembly.keep_fragment(store, fragments.group_key(
-                parts_prefix(job.id), group, following, -16.0, RATE, fmt), encoded)
+                job.id, group, following, -16.0, RATE, fmt), encoded)
             first = n + 1
         ahead_s = time.perf_counter() - start
         start = time.perf_counter()

@@ -36,6 +36,44 @@ def take_key(job_id: uuid.UUID, index: int, take: int) -> str:
     return f"{parts_prefix(job_id)}/{index:06d}.take{take}.wav"
 
 
+def words_key(job_id: uuid.UUID, index: int, attempts: int, samples: int | None) -> str:
+    """Return where segment `index`'s word times are kept: for the attempt and length of its
+    part that they were measured on only."""
+    return f"{parts_prefix(job_id)}/{index:06d}-{attempts}-{samples}.words.json"
+
+
+def heard_key(job_id: uuid.UUID, index: int, attempts: int, samples: int | None) -> str:
+    """Return where what the recogniser heard in that part is kept (as words_key)."""
+    return f"{parts_prefix(job_id)}/{index:06d}-{attempts}-{samples}.heard.json"
+
+
+def fragment_key(job_id: uuid.UUID, first_index: int, digest: str, fmt: str) -> str:
+    """Return where an encoded fragment (a group of parts, MP3 or AAC for m4b) is kept,
+    named for its first segment and a digest of everything it depends on."""
+    return f"{parts_prefix(job_id)}/fragments/{first_index:06d}-{digest}." \
+        f"{'aac' if fmt == 'm4b' else 'mp3'}"
+
+
+def audio_key(base: str, extension: str) -> str:
+    """Return the key of a version's audio file (`base`: version_prefix)."""
+    return f"{base}/audio.{extension}"
+
+
+def chapter_key(base: str, number: int, extension: str) -> str:
+    """Return the key of one chapter's file of a version split into chapters."""
+    return f"{base}/chapters/{number:03d}.{extension}"
+
+
+def subtitles_key(base: str, kind: str) -> str:
+    """Return the key of a version's subtitles: `srt`, `vtt` or `words` (a JSON word track)."""
+    return f"{base}/subtitles.words.json" if kind == "words" else f"{base}/subtitles.{kind}"
+
+
+def manifest_key(base: str) -> str:
+    """Return the key of a version's manifest."""
+    return f"{base}/manifest.json"
+
+
 def voice_key(voice_id: uuid.UUID) -> str:
     """Return the storage key of an uploaded voice's reference clip."""
     return f"voices/{voice_id}/reference.flac"

@@ -1,6 +1,5 @@
 """Pronunciation lexicons: create, list, get, replace, delete; jobs and sync speech name them."""
 
-import uuid
 from typing import Any
 
 from fastapi import APIRouter
@@ -12,7 +11,7 @@ from api.owned import lexicon_where
 from api.schemas import LexiconBody
 from api.state import OwnerDep, SessionDep
 from core import ids
-from models import Lexicon, utcnow
+from models import Lexicon, utcnow, uuid7
 
 router = APIRouter()
 
@@ -46,7 +45,7 @@ async def create_lexicon(body: LexiconBody, session: SessionDep,
                          owner: OwnerDep) -> dict[str, Any]:
     """Create a lexicon; its name is unique per key."""
     now = utcnow()
-    row = Lexicon(id=uuid.uuid4(), owner=owner, name=body.name, entries=_entries(body),
+    row = Lexicon(id=uuid7(), owner=owner, name=body.name, entries=_entries(body),
                   created_at=now, updated_at=now)
     session.add(row)
     try:

@@ -1,6 +1,5 @@
 """The voice library: upload a reference clip (Base checkpoints clone it), list, delete."""
 
-import uuid
 from typing import Annotated, Any
 
 import anyio
@@ -14,7 +13,7 @@ from core import ids
 from core.catalog import ModelInfo
 from core.keys import voice_key
 from core.voices import MAX_UPLOAD_BYTES, BadClip, check_clip
-from models import Voice, utcnow
+from models import Voice, utcnow, uuid7
 
 router = APIRouter()
 REFUSALS = {"", "0", "false", "no", "off"}
@@ -58,7 +57,7 @@ async def upload_voice(
     voice = Voice(owner=owner, name=name, model=target.id, ref_text=ref_text or None,
                   consent=consent.strip(), sample_rate=rate,
                   duration_seconds=len(audio) / rate, created_at=utcnow())
-    voice.id = uuid.uuid4()
+    voice.id = uuid7()  # now: its media key is named after it
     voice.key = voice_key(voice.id)
     from core.audio import encode
 

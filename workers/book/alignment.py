@@ -21,8 +21,9 @@ import soundfile as sf
 import structlog
 from sqlalchemy.orm import defer
 
+from core import keys
 from core.catalog import ALIGNER_LANGUAGES, RECOGNIZER_LANGUAGES
-from core.keys import part_key, parts_prefix
+from core.keys import part_key
 from core.lexicon import reader_for
 from models import Job, JobStatus, Segment, SegmentStatus
 from models.db import session_scope
@@ -167,12 +168,7 @@ def checked(job: Job) -> bool:
 
 def words_key(job_id: uuid.UUID, segment: Segment) -> str:
     """Where a segment's words are kept: for this attempt and length of its part only."""
-    return words_key_for(job_id, segment.index, segment.attempts, segment.samples)
-
-
-def words_key_for(job_id: uuid.UUID, index: int, attempts: int, samples: int | None) -> str:
-    """words_key of segment `index` once it has run `attempts` times into `samples`."""
-    return f"{parts_prefix(job_id)}/{index:06d}-{attempts}-{samples}.words.json"
+    return keys.words_key(job_id, segment.index, segment.attempts, segment.samples)
 
 
 def words_bytes(words: list[Word]) -> bytes:
@@ -182,7 +178,7 @@ def words_bytes(words: list[Word]) -> bytes:
 
 def heard_key(job_id: uuid.UUID, segment: Segment) -> str:
     """Where what the recogniser heard in a segment's part is kept (as words_key)."""
-    return words_key(job_id, segment).removesuffix(".words.json") + ".heard.json"
+    return keys.heard_key(job_id, segment.index, segment.attempts, segment.samples)
 
 
 def word_error_rate(expected: list[str], heard: list[str]) -> float:

@@ -15,9 +15,10 @@ import numpy as np
 import soundfile as sf
 import structlog
 
+from core import keys
 from core.audio import EXTENSIONS, Audio, Mark
 from core.audio import encode_to as encode_blocks
-from core.keys import parts_prefix, version_prefix
+from core.keys import version_prefix
 from core.lexicon import reader_for
 from models import Job, Segment
 from storage import MediaStore
@@ -254,23 +255,23 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     spans = chapter_spans(job, segments, timeline)
     finished = functools.partial(parts.finish, store=store, part_key=part_key, lufs=lufs, rate=rate,
                                  master=_targets(segments, spans, timeline) if master else None)
-    prefix, fmt = parts_prefix(job.id), job.response_format
+    fmt = job.response_format
 
     def kept(group: list[Segment], following: Segment | None) -> fragments.Encoded | None:
-        return kept_fragment(store, fragments.group_key(prefix, group, following, lufs, rate, fmt))
+        return kept_fragment(store, fragments.group_key(job.id, group, following, lufs, rate, fmt))
 
     chapters, size, measured = _audio_files(job, segments, spans, timeline, finished, kept,
                                             store, target, threads or parts.cores())
     if measured is not None:
         checks = (checks or {}) | {"mastering": measured}
     subtitle_keys, timing = _subtitle_files(job, segments, timeline, words, normalized, target)
-    target.put(f"{base}/manifest.json",
+    target.put(keys.manifest_key(base),
                json.dumps(manifest(job, segments, timeline, chapters, checks,
                                    timing if subtitle_keys else None, heard), indent=1).encode())
     return {"store": job.output_url, "sample_rate": mastering.RATE if master else rate,
-            "duration_seconds": timeline.total / rate, "key": f"{base}/audio.{ext}",
+            "duration_seconds": timeline.total / rate, "key": keys.audio_key(base, ext),
             "bytes": size, "chapters": chapters, "subtitles": subtitle_keys,
-            "manifest_key": f"{base}/manifest.json"} | (
+            "manifest_key": keys.manifest_key(base)} | (
         {"verification": heard[1]} if heard is not None else {}) | (
         {"mastering": {"profile": "acx", "ok": measured["ok"]}} if measured else {})
 
@@ -323,10 +324,10 @@ def _audio_files(job: Job, segments: list[Segment], spans: list[Span], timeline:
             write_tags(main, fmt, tags, marks if split else None)
             for path, span in zip(files, spans, strict=False):  # none unless split
                 write_tags(path, fmt, tags.for_chapter(span.title, span.number + 1, len(spans)))
-        target.put_file(str(main), f"{base}/audio.{ext}")
+        target.put_file(str(main), keys.audio_key(base, ext))
         chapters = [span.record(rate) for span in spans]
         for chapter, span, path in zip(chapters, spans, files, strict=False):
-            chapter["key"] = f"{base}/chapters/{span.number:03d}.{ext}"
+            chapter["key"] = keys.chapter_key(base, span.number, ext)
             target.put_file(str(path), chapter["key"])
         return chapters, main.stat().st_size, measured
 
@@ -342,15 +343,14 @@ def _subtitle_files(job: Job, segments: list[Segment], timeline: Timeline, words
     cues, timing = sentence_cues(segments, timeline, (job.options.get("language") or "en")[:2],
                                  words, lambda s: reader_for(job.options | (s.overrides or {}),
                                                              normalized))
-    keys = {}
+    written = {}
     for kind in job.options.get("subtitles") or []:
+        written[kind] = keys.subtitles_key(base, kind)
         if kind == "words":
-            keys[kind] = f"{base}/subtitles.words.json"
-            target.put(keys[kind], json.dumps(
+            target.put(written[kind], json.dumps(
                 word_track(segments, timeline, words, timing)).encode())
             continue
-        keys[kind] = f"{base}/subtitles.{kind}"
         speakers = cue_speakers(segments, timeline, cues, job.options["cast"]) \
             if kind == "vtt" and job.options.get("cast") else None
-        target.put(keys[kind], subtitles(cues, kind, speakers).encode())
-    return keys, timing
+        target.put(written[kind], subtitles(cues, kind, speakers).encode())
+    return written, timing

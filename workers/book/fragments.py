@@ -22,6 +22,7 @@ the last packet is shortened to the book's end.
 
 import hashlib
 import io
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -33,6 +34,7 @@ import numpy as np
 
 from core import mp3
 from core.audio import Audio, Mark, chapter_entries, encode
+from core.keys import fragment_key
 from models import Segment
 from workers.book.timeline import frame_span, gap_samples
 
@@ -128,7 +130,7 @@ def encode_group(group: Sequence[Segment], following: Segment | None,
     return Encoded(book, encode_fragment(speech, rate, fmt) if closes else None)
 
 
-def group_key(prefix: str, group: Sequence[Segment], following: Segment | None,
+def group_key(job_id: uuid.UUID, group: Sequence[Segment], following: Segment | None,
               lufs: float, rate: int, fmt: str = "mp3") -> str:
     """Return where a group's encoded fragment is kept: named for everything it depends on
     (a segment synthesised again has another attempt count and length, so another name)."""
@@ -136,7 +138,7 @@ def group_key(prefix: str, group: Sequence[Segment], following: Segment | None,
                                          s.chapter) for s in group]
     facts.append((following.chapter if following else None, lufs, rate))
     digest = hashlib.sha256(repr(facts).encode()).hexdigest()[:16]
-    return f"{prefix}/fragments/{group[0].index:06d}-{digest}.{'aac' if fmt == 'm4b' else 'mp3'}"
+    return fragment_key(job_id, group[0].index, digest, fmt)
 
 
 def closing_key(key: str) -> str:

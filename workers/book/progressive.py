@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import defer
 
 from core.audio import Audio
-from core.keys import part_key, parts_prefix
+from core.keys import part_key
 from models import Job, JobStatus, Segment, SegmentStatus
 from models.db import session_scope
 from storage import store_for
@@ -93,7 +93,7 @@ def encode_fragment(job_id: uuid.UUID, first: int) -> bool:
     store = store_for()
     with store.open(part_key(job_id, first)) as f:
         rate = sf.info(f).samplerate
-    key = fragments.group_key(parts_prefix(job_id), group, following, settings.loudness_lufs,
+    key = fragments.group_key(job_id, group, following, settings.loudness_lufs,
                               rate, fmt)
     if assembly.kept_fragment(store, key) is not None:
         return False

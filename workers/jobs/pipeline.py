@@ -14,13 +14,13 @@ import structlog
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, defer
 
-from core import metrics
+from core import keys, metrics
 from core.cast import voice_for
 from core.keys import job_prefix, part_key, parts_prefix, result_store
 from core.lexicon import reader_for
 from core.registry import worker_id
 from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
-from models import Job, JobStatus, Segment, SegmentStatus, utcnow
+from models import Job, JobStatus, Segment, SegmentStatus, utcnow, uuid7
 from models import segments as segment_state
 from models.db import session_scope
 from models.transitions import transition
@@ -59,7 +59,7 @@ def plan(job_id: uuid.UUID) -> tuple[str, list[uuid.UUID]]:
                                   "message": f"planning lost part of the text: {exc}"})
                 return job.model, []
             rows = [
-                {"id": uuid.uuid4(), "job_id": job_id, "index": n, "chapter": piece.chapter,
+                {"id": uuid7(), "job_id": job_id, "index": n, "chapter": piece.chapter,
                  "text": piece.text, "pause_after": piece.pause_after,
                  "speaker": piece.speaker}
                 for n, piece in enumerate(pieces)
@@ -166,7 +166,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         store = store_for()
         store.put(part_key(job_id, index), parts.part_bytes(audio, engine.sample_rate))
         if words is not None:  # placed as it spoke: no alignment to run for this part
-            store.put(alignment.words_key_for(job_id, index, attempt + runs - 1, len(audio)),
+            store.put(keys.words_key(job_id, index, attempt + runs - 1, len(audio)),
                       alignment.words_bytes(words))
             checked = hears
         written = time.monotonic()
