@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from models import Job, Segment
 from models import segments as segment_state
 from models.base import utcnow
-from models.db import engine_for
+from models.db import database_for
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITES = re.compile(r"\b(update|delete)\(\s*Segment\b|Segment\.__table__\.(update|delete)")
@@ -38,7 +38,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]
         upgrade(url)
     else:
         url = request.getfixturevalue("database_url")
-    engine = engine_for(url)
+    engine = database_for(url)
     yield engine
     engine.dispose()
 

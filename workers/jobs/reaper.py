@@ -122,7 +122,7 @@ def requeue_forgotten(session: Session, p: Pass) -> list[Task]:
     return [(SYNTHESIZE, str(segment_id), model, 0.0) for segment_id, model in forgotten]
 
 
-def replan(session: Session, p: Pass) -> list[Task]:
+def plan_forgotten(session: Session, p: Pass) -> list[Task]:
     """Plan again the queued jobs that were never planned."""
     jobs = session.scalars(select(Job.id).where(
         Job.status == JobStatus.queued, Job.created_at < p.stale, Job.updated_at < p.stale)).all()
@@ -157,7 +157,7 @@ def _models(session: Session, job_ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
 
 SWEEPS = {"jobs_failed": fail_exhausted, "segments_reset": reset_lost,
           "segments_orphaned": requeue_orphans, "dead": forget_dead,
-          "segments_requeued": requeue_forgotten, "plans": replan, "assemblies": reassemble}
+          "segments_requeued": requeue_forgotten, "plans": plan_forgotten, "assemblies": reassemble}
 
 
 def reap(stale_seconds: float, enqueue: Enqueue, max_attempts: int = 3,
