@@ -66,13 +66,13 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str,
                  cores: int = 4) -> list[str]:
     """Return the Celery argv `narrator worker` builds for `engine` and `queues` on a host
     of `cores` cores; with several processes, ["supervise", processes, threads]."""
-    from narrator import cli
+    from narrator import server
     from workers.app import celery_app
     from workers.book import parts
     from workers.settings import get_settings
 
     monkeypatch.setattr(parts, "cores", lambda: cores)
-    monkeypatch.setattr(cli, "_supervise_workers", lambda _queues, count, _pool, threads, *_: (
+    monkeypatch.setattr(server, "_supervise_workers", lambda _queues, count, _pool, threads, *_: (
         argv.extend(["supervise", count, threads])))
     monkeypatch.setenv("NARRATOR_ENGINE", engine)
     monkeypatch.setenv("NARRATOR_WORKER_QUEUES", "")  # the command sets it: restored after
@@ -80,7 +80,7 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str,
     argv: list[Any] = []
     monkeypatch.setattr(celery_app, "worker_main", argv.extend)
     try:
-        cli.worker(queues=queues, pool="", concurrency=0, processes=0, loglevel="INFO",
+        server.worker(queues=queues, pool="", concurrency=0, processes=0, loglevel="INFO",
                    banner=True)
     finally:
         get_settings.cache_clear()
