@@ -65,7 +65,7 @@ def test_a_markdown_book_waits_with_progress_and_downloads_its_files(
         done = tts.wait(job, progress=seen.append, poll=0.2)
         assert done["status"] == "completed"
         audio = tts.download(done, tmp_path / "book.mp3")
-        srt = tts.download(done, tmp_path / "book.srt", variant="subtitles_srt")
+        srt = tts.download(done, str(tmp_path / "book.srt"), variant="subtitles_srt")  # a str
         chapter = tts.download(done, tmp_path / "two.mp3", variant="chapter", index=1)
         manifest = json.loads(tts.download(done, tmp_path / "m.json",
                                            variant="manifest").read_text())
@@ -92,7 +92,9 @@ def test_an_epub_and_the_async_client(local_stack: Stack, tmp_path: Path) -> Non
                 tts.speak("Meanwhile, a short answer.", response_format="wav"),
                 tts.wait(job, poll=0.2))
             chunks = [c async for c in tts.speak_stream("Streamed, piece by piece.")]
-            await tts.download(done, tmp_path / "tale.wav")
+            written = await tts.download(done, str(tmp_path / "tale.wav"))  # a str path
+            assert written == tmp_path / "tale.wav"
+            assert written.stat().st_size > 1000
             return done, speech, chunks
 
     done, speech, chunks = asyncio.run(run())
