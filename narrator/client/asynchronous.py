@@ -110,7 +110,7 @@ class AsyncNarrator:
             await asyncio.sleep(poll)
             state = await self.get(state)
 
-    async def download(self, job: Job | str, to: Path, *, variant: str | None = None,
+    async def download(self, job: Job | str, to: str | Path, *, variant: str | None = None,
                        index: int | None = None) -> Path:
         """Write the job's audio or a side file to `to` (see Narrator.download)."""
         path = Path(to)
