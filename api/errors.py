@@ -1,5 +1,6 @@
 """One exception type and one renderer for every error, in OpenAI's shape."""
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -81,64 +82,71 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return f"{param}: {message}" if param else message, param
 
 
+async def _api_error(_: Request, exc: ApiError) -> Json:
+    return Json(_body(exc.message, exc.type, exc.param, exc.code),
+                status_code=exc.status_code, headers=exc.headers)
+
+
+async def _invalid(_: Request, exc: RequestValidationError) -> Json:
+    message, param = _validation_message(exc)
+    return Json(_body(message, "invalid_request_error", param, "invalid_value"), status_code=400)
+
+
+async def _http(_: Request, exc: HTTPException) -> Json:
+    return Json(
+        _body(str(exc.detail), _STATUS_TYPES.get(exc.status_code, "invalid_request_error"),
+              None, None),
+        status_code=exc.status_code, headers=exc.headers)
+
+
+async def _database(request: Request, exc: DBAPIError) -> Json:
+    unreachable = isinstance(exc, OperationalError | InterfaceError)
+    if not exc.connection_invalidated and not unreachable:
+        return await _unexpected(request, exc)
+    log.warning("database.unavailable", path=request.url.path, error=str(exc.orig))
+    return Json(_body("the database is unreachable; retry shortly", "service_unavailable",
+                      None, "dependency_unavailable"),
+                status_code=503, headers={"Retry-After": "5"})
+
+
+async def _pool(request: Request, _exc: PoolTimeout) -> Json:
+    log.warning("database.pool_exhausted", path=request.url.path)
+    return Json(_body("the server is busy: no database connection came free in time; "
+                      "retry shortly", "service_unavailable", None, "server_busy"),
+                status_code=503, headers={"Retry-After": "2"})
+
+
+async def _storage(request: Request, exc: StorageUnavailable) -> Json:
+    log.warning("storage.unavailable", path=request.url.path, error=str(exc))
+    return Json(_body("storage is unreachable; retry shortly",
+                      "service_unavailable", None, "dependency_unavailable"),
+                status_code=503, headers={"Retry-After": "5"})
+
+
+async def _unreachable(request: Request, exc: Exception) -> Json:
+    # asyncpg raises these unwrapped when a new connection cannot be opened (refused,
+    # timed out, the server starting up or full); psycopg's come as OperationalError.
+    log.warning("dependency.unavailable", path=request.url.path, error=repr(exc))
+    return Json(_body("the database is unreachable; retry shortly", "service_unavailable",
+                      None, "dependency_unavailable"),
+                status_code=503, headers={"Retry-After": "5"})
+
+
+async def _unexpected(request: Request, _exc: Exception) -> Json:
+    log.exception("request.unhandled", path=request.url.path)
+    return Json(_body("internal error", "server_error", None, None), status_code=500)
+
+
+# Each kind of exception and how it is answered; the most specific handler wins.
+HANDLERS: list[tuple[type[Exception], Callable[[Request, Any], Awaitable[Json]]]] = [
+    (ApiError, _api_error), (RequestValidationError, _invalid), (HTTPException, _http),
+    (DBAPIError, _database), (PoolTimeout, _pool), (StorageUnavailable, _storage),
+    (OSError, _unreachable), (CannotConnectNowError, _unreachable),
+    (TooManyConnectionsError, _unreachable), (Exception, _unexpected),
+]
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that render every error in OpenAI's shape."""
-
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> Json:
-        return Json(_body(exc.message, exc.type, exc.param, exc.code),
-                              status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> Json:
-        message, param = _validation_message(exc)
-        return Json(_body(message, "invalid_request_error", param, "invalid_value"),
-                              status_code=400)
-
-    @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> Json:
-        return Json(
-            _body(str(exc.detail), _STATUS_TYPES.get(exc.status_code, "invalid_request_error"),
-                  None, None),
-            status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(DBAPIError)
-    async def _database(request: Request, exc: DBAPIError) -> Json:
-        unreachable = isinstance(exc, OperationalError | InterfaceError)
-        if not exc.connection_invalidated and not unreachable:
-            return await _unexpected(request, exc)
-        log.warning("database.unavailable", path=request.url.path, error=str(exc.orig))
-        return Json(_body("the database is unreachable; retry shortly", "service_unavailable",
-                          None, "dependency_unavailable"),
-                    status_code=503, headers={"Retry-After": "5"})
-
-    @app.exception_handler(PoolTimeout)
-    async def _pool(request: Request, exc: PoolTimeout) -> Json:
-        log.warning("database.pool_exhausted", path=request.url.path)
-        return Json(_body("the server is busy: no database connection came free in time; "
-                          "retry shortly", "service_unavailable", None, "server_busy"),
-                    status_code=503, headers={"Retry-After": "2"})
-
-    @app.exception_handler(StorageUnavailable)
-    async def _storage(request: Request, exc: StorageUnavailable) -> Json:
-        log.warning("storage.unavailable", path=request.url.path, error=str(exc))
-        return Json(_body("storage is unreachable; retry shortly",
-                          "service_unavailable", None, "dependency_unavailable"),
-                    status_code=503, headers={"Retry-After": "5"})
-
-    @app.exception_handler(OSError)
-    @app.exception_handler(CannotConnectNowError)
-    @app.exception_handler(TooManyConnectionsError)
-    async def _unreachable(request: Request, exc: Exception) -> Json:
-        # asyncpg raises these unwrapped when a new connection cannot be opened (refused,
-        # timed out, the server starting up or full); psycopg's come as OperationalError.
-        log.warning("dependency.unavailable", path=request.url.path, error=repr(exc))
-        return Json(_body("the database is unreachable; retry shortly", "service_unavailable",
-                          None, "dependency_unavailable"),
-                    status_code=503, headers={"Retry-After": "5"})
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Json:
-        log.exception("request.unhandled", path=request.url.path)
-        return Json(_body("internal error", "server_error", None, None),
-                              status_code=500)
+    for kind, handler in HANDLERS:
+        app.add_exception_handler(kind, handler)

@@ -41,30 +41,10 @@ async def rerender_job(job_id: str, body: RerenderBody, request: Request, state:
     rows = [Part(*r) for r in (await session.execute(
         select(Segment.id, Segment.index, Segment.chapter, Segment.overrides)
         .where(Segment.job_id == job.id).order_by(Segment.index))).all()]
-    chapters = 1 + max((r.chapter for r in rows), default=-1)
-    for n in body.chapters:
-        if n >= chapters:
-            raise bad_request(f"chapters: the job has {chapters} chapter(s), numbered from 0; "
-                              f"there is no {n}", "chapters", "invalid_value")
-    for r in body.segments:
-        if r.last >= len(rows):
-            raise bad_request(f"segments: the job has {len(rows)} segments, numbered from 0; "
-                              f"{r.first}-{r.last} goes past them", "segments", "invalid_value")
-    texts = {}
-    for key, value in body.inputs.items():
-        if int(key) >= chapters:
-            raise bad_request(f"inputs.{key}: the job has {chapters} chapter(s), numbered from "
-                              "0", f"inputs.{key}", "invalid_value")
-        texts[int(key)] = text_field(value, f"inputs.{key}", state.settings.job_max_chars)
+    texts = _new_texts(body, rows, state.settings.job_max_chars)
     chosen = [r for r in rows if r.chapter not in texts and (
         r.chapter in body.chapters or any(g.first <= r.number <= g.last for g in body.segments))]
-    book = list(await session.scalar(select(Job.chapters).where(Job.id == job.id)) or [])
-    for n, text in texts.items():
-        book[n] = book[n] | {"input": text}
-    total = sum(len(c["input"]) for c in book)
-    if total > state.settings.job_max_chars:
-        raise bad_request(f"inputs: the book would have {total} characters, over the limit "
-                          f"of {state.settings.job_max_chars}", "inputs", "input_too_long")
+    book = await _new_book(session, job, texts, state.settings.job_max_chars)
     changes = await _changes(body, job, state, session, owner)
     if not await anyio.to_thread.run_sync(state.store.exists, part_key(job.id, rows[0].number)):
         raise _conflict("this job's parts were not kept (KEEP_PARTS=false, or it completed "
@@ -97,17 +77,57 @@ async def rerender_job(job_id: str, body: RerenderBody, request: Request, state:
             row.id, (row.overrides or {}) | changes or None))
     fresh = await plan.insert(session, job.id, changes or None)
     await session.commit()
+    _enqueue(state, job.model, [*(row.id for row in chosen), *fresh])
+    log.info("job.rerender", job_id=str(job.id), segments=len(chosen) + len(fresh))
+    await session.refresh(job)
+    return Json(render_job(job, request, state), status_code=202)
+
+
+def _new_texts(body: RerenderBody, rows: list[Part], max_chars: int) -> dict[int, str]:
+    """Check the chapters and segments chosen against the job's; return the chapters' new
+    texts (`inputs`), each checked as a job's input is."""
+    chapters = 1 + max((r.chapter for r in rows), default=-1)
+    for n in body.chapters:
+        if n >= chapters:
+            raise bad_request(f"chapters: the job has {chapters} chapter(s), numbered from 0; "
+                              f"there is no {n}", "chapters", "invalid_value")
+    for r in body.segments:
+        if r.last >= len(rows):
+            raise bad_request(f"segments: the job has {len(rows)} segments, numbered from 0; "
+                              f"{r.first}-{r.last} goes past them", "segments", "invalid_value")
+    texts = {}
+    for key, value in body.inputs.items():
+        if int(key) >= chapters:
+            raise bad_request(f"inputs.{key}: the job has {chapters} chapter(s), numbered from "
+                              "0", f"inputs.{key}", "invalid_value")
+        texts[int(key)] = text_field(value, f"inputs.{key}", max_chars)
+    return texts
+
+
+async def _new_book(session: SessionDep, job: Job, texts: dict[int, str],
+                    max_chars: int) -> list[dict[str, Any]]:
+    """Return the job's chapters with the new texts in place, within the job's length limit."""
+    book = list(await session.scalar(select(Job.chapters).where(Job.id == job.id)) or [])
+    for n, text in texts.items():
+        book[n] = book[n] | {"input": text}
+    total = sum(len(c["input"]) for c in book)
+    if total > max_chars:
+        raise bad_request(f"inputs: the book would have {total} characters, over the limit "
+                          f"of {max_chars}", "inputs", "input_too_long")
+    return book
+
+
+def _enqueue(state: StateDep, model: str, segment_ids: list[Any]) -> None:
+    """Send the segments to synthesis; 503 when the broker is unreachable (the re-render is
+    committed: the reaper sends them once it is back)."""
     try:
-        queue = model_queues(job.model)[1]
-        for segment_id in [*(row.id for row in chosen), *fresh]:
+        queue = model_queues(model)[1]
+        for segment_id in segment_ids:
             state.celery.send_task(SYNTHESIZE, args=[str(segment_id)], queue=queue)
     except Exception as exc:
         raise unavailable(f"the re-render is recorded but the broker is unreachable ({exc}); "
                           "it resumes when it is back (the reaper re-sends forgotten work)"
                           ) from exc
-    log.info("job.rerender", job_id=str(job.id), segments=len(chosen) + len(fresh))
-    await session.refresh(job)
-    return Json(render_job(job, request, state), status_code=202)
 
 
 async def _changes(body: RerenderBody, job: Job, state: StateDep, session: SessionDep,

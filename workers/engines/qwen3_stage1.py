@@ -98,6 +98,13 @@ def plan_step(waiting: Iterable[Any], running: MutableSequence[Any], budget: int
 
 
 def _build() -> type:
+    """Code2Wav's (stage 1) scheduler class, made in the stage process.
+
+    Its body is one class over 60 lines long: it subclasses vLLM-Omni's generation scheduler,
+    which can only be imported where vLLM-Omni is installed (the stage process, and the
+    tests' engine double), so the class is defined inside this function; the ordering
+    itself is plan_step, above, tested on the CPU.
+    """
     from vllm.logger import init_logger
     from vllm_omni.core.sched.omni_generation_scheduler import OmniGenerationScheduler
 

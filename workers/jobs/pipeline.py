@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import structlog
 from sqlalchemy import insert, select, update
@@ -126,8 +127,23 @@ class Synthesized:
     checked: bool
 
 
-def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesized | None:
-    """Claim and synthesise one segment; None if this worker did not finish it."""
+@dataclass
+class _Claim:
+    """A segment this worker claimed: what to say, and what its job wants done with it."""
+
+    job_id: uuid.UUID
+    index: int
+    attempt: int
+    request: SpeechRequest
+    rate: float  # the job's seconds per character, for the length guard
+    verify: dict[str, Any] | None  # the recognition check's record so far
+    checked: bool  # the job's segments are aligned or heard after they are spoken
+    aligns: bool
+    hears: bool
+
+
+def _claim(segment_id: uuid.UUID, engine: Engine) -> _Claim | None:
+    """Claim a segment for this worker and build its request; None if another has it."""
     settings = get_settings()
     with session_scope() as session:
         claimed = session.execute(segment_state.claimed(
@@ -141,37 +157,46 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         # Not the book's text: only the planner reads it.
         job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
         assert job is not None
-        engine = engine or get_engine()
-        verify = alignment.verify_record(job, earlier, engine.info.engine)
-        rate = quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
-                                        job.speed)
-        language = job.options.get("language")
-        checked, aligns, hears = alignment.checked(job), alignment.wanted(job), \
-            alignment.verifies(job)
         options = job.options | (changed or {})  # a re-render's voice, seed and lexicon
         request = SpeechRequest(
             text=reader_for(options, settings.normalize_text)(text),
             voice=voice_for(job.options, job.voice, chapter, speaker, changed),
             speed=job.speed,
-            instructions=job.options.get("instructions"), language=language,
+            instructions=job.options.get("instructions"), language=job.options.get("language"),
             seed=alignment.take_seed(options.get("seed"), earlier),
             max_new_tokens=job.options.get("max_new_tokens"),
             task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
         )
+        return _Claim(
+            job_id, index, attempt, request,
+            quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
+                                     job.speed),
+            alignment.verify_record(job, earlier, engine.info.engine),
+            alignment.checked(job), alignment.wanted(job), alignment.verifies(job))
+
+
+def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesized | None:
+    """Claim and synthesise one segment; None if this worker did not finish it."""
+    engine = engine or get_engine()
+    claim = _claim(segment_id, engine)
+    if claim is None:
+        return None
+    job_id, index, checked = claim.job_id, claim.index, claim.checked
     with holding(segment_id):  # its heartbeat stays fresh while this worker works on it
         started = time.monotonic()
-        audio, words, runs, flag = quality.guarded(engine, request, rate, settings.quality_retries,
-                                            timed=aligns)
+        audio, words, runs, flag = quality.guarded(engine, claim.request, claim.rate,
+                                                   get_settings().quality_retries,
+                                                   timed=claim.aligns)
         synthesized = time.monotonic()
         store = store_for()
         store.put(part_key(job_id, index), parts.part_bytes(audio, engine.sample_rate))
         if words is not None:  # placed as it spoke: no alignment to run for this part
-            store.put(keys.words_key(job_id, index, attempt + runs - 1, len(audio)),
+            store.put(keys.words_key(job_id, index, claim.attempt + runs - 1, len(audio)),
                       alignment.words_bytes(words))
-            checked = hears
+            checked = claim.hears
         written = time.monotonic()
     seconds = len(audio) / engine.sample_rate
-    recorded = (flag or {}) | ({"verify": verify} if verify else {})
+    recorded = (flag or {}) | ({"verify": claim.verify} if claim.verify else {})
     with session_scope() as session:
         finished = session.execute(segment_state.finished(
             segment_id, worker_id(), len(audio), seconds, recorded or None, runs - 1)).first()
@@ -181,7 +206,7 @@ def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesiz
         done, total, status, deleted = session.execute(
             update(Job).where(Job.id == job_id)
             .values(segments_done=Job.segments_done + 1,
-                    chars_done=Job.chars_done + len(request.text),  # spoken: the guard's unit
+                    chars_done=Job.chars_done + len(claim.request.text),  # the guard's unit
                     audio_seconds=Job.audio_seconds + seconds, updated_at=utcnow())
             .returning(Job.segments_done, Job.segments_total, Job.status, Job.deleted_at)
         ).one()
@@ -297,13 +322,9 @@ def _synthesize_again(job: Job, lost: parts.PartLost, max_attempts: int) -> Asse
     return Assembled("waiting", job.model, (segment.id,))
 
 
-def assemble(job_id: uuid.UUID) -> Assembled:
-    """Stitch the parts into the final media and mark the job completed.
-
-    A job is never completed short: a missing segment or segments that do not hold the
-    job's text fail it (incomplete_result); a lost or damaged part is synthesised again.
-    """
-    settings = get_settings()
+def _ready(job_id: uuid.UUID) -> tuple[Job, list[Segment], dict[str, Any]] | Assembled:
+    """The job and its segments once every segment is done and they hold its text (and the
+    text check's record); else what the assembly comes to now."""
     with session_scope() as session:
         job = session.get(Job, job_id)
         if job is None or job.status != JobStatus.in_progress:
@@ -322,20 +343,32 @@ def assemble(job_id: uuid.UUID) -> Assembled:
         # Tell the reaper that assembly is under way (it re-enqueues stalled jobs only).
         session.execute(update(Job).where(Job.id == job_id).values(updated_at=utcnow()))
         session.expunge_all()
+    return job, list(segments), text_check
+
+
+def assemble(job_id: uuid.UUID) -> Assembled:
+    """Stitch the parts into the final media and mark the job completed.
+
+    A job is never completed short: a missing segment or segments that do not hold the
+    job's text fail it (incomplete_result); a lost or damaged part is synthesised again.
+    """
+    settings = get_settings()
+    ready = _ready(job_id)
+    if isinstance(ready, Assembled):
+        return ready
+    job, segments, text_check = ready
     store = store_for()
-    target = result_store(job.output_url)
-    segments = list(segments)
     try:
         checked = alignment.checks_for(job, segments, store) \
             if alignment.checked(job) else None
         if checked is not None and alignment.retries(job):
             again = retakes.retake(job, segments, checked, store, settings.verify_wer_margin,
-                            settings.quality_retries)
+                                   settings.quality_retries)
             if again is not None:
                 return again
         verified = alignment.verification(checked.wer, settings.verify_wer_margin) \
             if checked is not None and alignment.verifies(job) else None
-        result = assembly.assemble(job, segments, store, target,
+        result = assembly.assemble(job, segments, store, result_store(job.output_url),
                                    lambda s: part_key(job_id, s.index), settings.loudness_lufs,
                                    checks={"text": text_check},
                                    threads=settings.assembly_threads,
