@@ -29,7 +29,7 @@ from core import tracing
 from core.broker import make_app
 from core.channel import channel_for
 from core.registry import registry_for
-from models.db import async_session_factory, make_async_database
+from models.db import async_session_factory, async_sql_engine
 from storage import store_for
 
 
@@ -40,7 +40,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_async_database()
+        engine = async_sql_engine()
         sessions = async_session_factory(engine)
         celery = make_app(settings)  # a publisher: tasks are sent by name
         app.state.narrator = State(

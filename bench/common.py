@@ -120,10 +120,10 @@ def platform_on_services(database_url: str = PG_URL, redis_url: str = "redis://1
     from sqlalchemy import text
 
     from migrations import upgrade
-    from models.db import database_for
+    from models.db import sql_engine_for
 
     name = f"narrator_bench_{uuid.uuid4().hex[:8]}"
-    admin = database_for(database_url,
+    admin = sql_engine_for(database_url,
                           isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))

@@ -190,9 +190,9 @@ def main() -> None:
     from sqlalchemy import text
 
     from migrations import upgrade
-    from models.db import database_for
+    from models.db import sql_engine_for
 
-    admin = database_for(admin_url, isolation_level="AUTOCOMMIT")
+    admin = sql_engine_for(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
     database = admin_url.rsplit("/", 1)[0] + f"/{name}"

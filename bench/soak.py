@@ -66,7 +66,7 @@ def main() -> None:
 
     from sqlalchemy import text
 
-    from models.db import database_for
+    from models.db import sql_engine_for
 
     samples: dict[str, list[tuple[float, float]]] = {"api": [], "worker": []}
     jobs_at: list[tuple[float, int]] = []
@@ -97,7 +97,7 @@ def main() -> None:
             # Closed loop: at most --window jobs in flight, so the platform runs in a steady
             # state (all 10,000 at once would plan everything before finishing anything).
             # Progress comes from the job table: one cheap query, not a GET per job.
-            jobs = database_for(database)
+            jobs = sql_engine_for(database)
             ended = text("SELECT count(*) FROM jobs WHERE status IN "
                          "('completed', 'failed', 'cancelled')")
             ids: list[str] = []

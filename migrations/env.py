@@ -4,12 +4,12 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from models import Base
-from models.db import make_database
+from models.db import sql_engine
 from models.settings import get_settings
 
 target_metadata = Base.metadata
 url = context.config.get_main_option("sqlalchemy.url")
-engine = create_engine(url, poolclass=pool.NullPool) if url else make_database(get_settings())
+engine = create_engine(url, poolclass=pool.NullPool) if url else sql_engine(get_settings())
 
 with engine.connect() as connection:
     context.configure(

@@ -2,12 +2,21 @@
 
 from models.api_key import ApiKey
 from models.base import Base, utcnow, uuid7
-from models.job import ACTIVE, Job, JobEvent, JobStatus, Segment, SegmentStatus, Voice
+from models.job import (
+    ACTIVE,
+    Job,
+    JobEvent,
+    JobStatus,
+    Segment,
+    SegmentEvent,
+    SegmentStatus,
+    Voice,
+)
 from models.lexicon import Lexicon
 from models.usage import Charge, KeyLock
 from models.worker import WorkerBeat
 
 __all__ = [
     "ACTIVE", "ApiKey", "Base", "Charge", "Job", "JobEvent", "JobStatus", "KeyLock", "Lexicon",
-    "Segment", "SegmentStatus", "Voice", "WorkerBeat", "utcnow", "uuid7",
+    "Segment", "SegmentEvent", "SegmentStatus", "Voice", "WorkerBeat", "utcnow", "uuid7",
 ]

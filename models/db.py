@@ -44,10 +44,10 @@ def private_data_dir(folder: Path) -> None:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
-def make_database(settings: DatabaseSettings | None = None) -> Engine:
+def sql_engine(settings: DatabaseSettings | None = None) -> Engine:
     """Create the database's synchronous SQLAlchemy engine (workers, migrations, CLI).
 
-    "Database" in these names, because a worker's "engine" is its speech engine.
+    "sql" in these names, because a worker's "engine" is its speech engine.
     """
     settings = settings or get_settings()
     # Looked up at each call, not imported by name: tracing (core.tracing) wraps it.
@@ -57,12 +57,12 @@ def make_database(settings: DatabaseSettings | None = None) -> Engine:
     return engine
 
 
-def database_for(url: str, **options: Any) -> Engine:
+def sql_engine_for(url: str, **options: Any) -> Engine:
     """Create a synchronous SQLAlchemy engine for a database URL of any scheme (tools, tests)."""
     return sqlalchemy.create_engine(DatabaseSettings(database_url=url).url(), **options)
 
 
-def make_async_database(settings: DatabaseSettings | None = None) -> AsyncEngine:
+def async_sql_engine(settings: DatabaseSettings | None = None) -> AsyncEngine:
     """Create the database's asynchronous SQLAlchemy engine (API).
 
     No pre-ping (a round trip on every checkout): after a database restart, the request
@@ -88,7 +88,7 @@ def sync_sessionmaker() -> sessionmaker[Session]:
     global _sessions
     with _BUILDING:
         if _sessions is None:
-            _sessions = sessionmaker(make_database(), expire_on_commit=False)
+            _sessions = sessionmaker(sql_engine(), expire_on_commit=False)
         return _sessions
 
 

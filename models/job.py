@@ -147,6 +147,34 @@ class JobEvent(Base):
     detail: Mapped[dict[str, Any] | None] = mapped_column()
 
 
+class SegmentEvent(Base):
+    """One status change of a segment, written by the database itself.
+
+    A trigger on `segments` (migration 0010, for Postgres and SQLite) inserts a row whenever
+    a segment's status changes, whichever statement of models/segments.py made it, with the
+    segment's attempts, worker and error as they are after the change: a segment's history
+    (claimed, spoken, lost with its worker, spoken again, retaken) is there without a second
+    statement on the worker's hot path. Rows go with their job; a segment a re-render
+    removes keeps its history until then (no foreign key to the segment).
+    """
+
+    __tablename__ = "segment_events"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    job_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), index=True
+    )
+    segment_id: Mapped[uuid.UUID] = mapped_column(index=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    from_status: Mapped[str] = mapped_column(String(16))
+    to_status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer)
+    worker: Mapped[str | None] = mapped_column(String(255))
+    error: Mapped[str | None] = mapped_column(Text)
+
+
 class Voice(Base):
     """An uploaded reference clip that Base (voice-clone) checkpoints speak with."""
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from sqlalchemy import Engine, text
 
-from models.db import database_for
+from models.db import sql_engine_for
 from tests.support import Process, Stack, free_ports, start_stack, wait_for
 from workers.tuning import tuning
 
@@ -34,7 +34,7 @@ def _with_path(url: str, path: str) -> str:
 
 def _admin_execute(*statements: str) -> None:
     admin = os.environ.get("NARRATOR_TEST_DATABASE_URL", DEFAULT_DB)
-    engine = database_for(admin, isolation_level="AUTOCOMMIT")
+    engine = sql_engine_for(admin, isolation_level="AUTOCOMMIT")
     with engine.connect() as connection:
         for statement in statements:
             connection.execute(text(statement))
@@ -88,7 +88,7 @@ def fresh_database() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def db(database_url: str) -> Iterator[Engine]:
     """A synchronous engine on the session's database, for assertions."""
-    engine = database_for(database_url)
+    engine = sql_engine_for(database_url)
     yield engine
     engine.dispose()
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine
 
-from models.db import database_for
+from models.db import sql_engine_for
 from tests.conftest import fresh_database
 
 
@@ -23,6 +23,6 @@ def isolated_database_url() -> Iterator[str]:
 @pytest.fixture(scope="module", name="db")
 def isolated_db(database_url: str) -> Iterator[Engine]:
     """An engine on this module's own database."""
-    engine = database_for(database_url)
+    engine = sql_engine_for(database_url)
     yield engine
     engine.dispose()

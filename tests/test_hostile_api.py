@@ -24,7 +24,7 @@ import pytest
 import redis
 from sqlalchemy import text
 
-from models.db import database_for
+from models.db import sql_engine_for
 from tests.conftest import base_env, drop_database, error_of, make_database, redis_url
 from tests.support import Stack, narrator, start_stack
 
@@ -86,7 +86,7 @@ def client(stack: Stack, key: str = "plain", **kwargs: Any) -> httpx.Client:
 def jobs_of(stack: Stack, key: str) -> int:
     from models.api_key import owner_of
 
-    engine = database_for(stack.extra["db"])
+    engine = sql_engine_for(stack.extra["db"])
     try:
         with engine.connect() as connection:
             return int(connection.execute(text("SELECT count(*) FROM jobs WHERE owner = :o"),

@@ -6,7 +6,7 @@ from sqlalchemy import Engine, inspect
 
 from migrations import upgrade
 from models import Base
-from models.db import database_for
+from models.db import sql_engine_for
 from tests.conftest import drop_database, make_database
 
 
@@ -26,11 +26,11 @@ def test_migrations_downgrade_to_base_and_upgrade_again() -> None:
         from migrations import config
 
         command.downgrade(config(url), "base")
-        engine = database_for(url)
+        engine = sql_engine_for(url)
         assert set(inspect(engine).get_table_names()) == {"alembic_version"}
         engine.dispose()
         upgrade(url)
-        engine = database_for(url)
+        engine = sql_engine_for(url)
         assert {"jobs", "segments", "job_events"} <= set(inspect(engine).get_table_names())
         engine.dispose()
     finally:
@@ -40,7 +40,7 @@ def test_migrations_downgrade_to_base_and_upgrade_again() -> None:
 def test_embedded_sqlite_schema_matches_the_models(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/narrator.db"
     upgrade(url)
-    engine = database_for(url)
+    engine = sql_engine_for(url)
     with engine.connect() as connection:
         diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     engine.dispose()

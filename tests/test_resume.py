@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from models.db import database_for
+from models.db import sql_engine_for
 from tests.conftest import base_env
 from tests.support import (
     PIPER_IN_FLIGHT,
@@ -81,7 +81,7 @@ def test_sigterm_finishes_the_segment_in_flight_and_loses_nothing(fragile: Stack
         worker.stop(signal.SIGTERM, timeout=60)  # a warm shutdown: no SIGKILL needed
         assert worker.popen is not None
         assert worker.popen.returncode == 0, worker.output()[-2000:]
-        db = database_for(fragile.env["NARRATOR_DATABASE_URL"])
+        db = sql_engine_for(fragile.env["NARRATOR_DATABASE_URL"])
         with db.connect() as connection:
             running = connection.execute(text(
                 "SELECT count(*) FROM segments WHERE job_id = :id AND status = 'running'"),

@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
-from models import Job, Segment
+from models import Job, Segment, SegmentEvent
 from models import segments as segment_state
 from models.base import utcnow
-from models.db import database_for
+from models.db import sql_engine_for
 
 ROOT = Path(__file__).resolve().parent.parent
 WRITES = re.compile(r"\b(update|delete)\(\s*Segment\b|Segment\.__table__\.(update|delete)")
@@ -38,7 +38,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]
         upgrade(url)
     else:
         url = request.getfixturevalue("database_url")
-    engine = database_for(url)
+    engine = sql_engine_for(url)
     yield engine
     engine.dispose()
 
@@ -96,6 +96,48 @@ def test_a_segment_is_claimed_by_one_worker_of_many_racing_and_finished_only_by_
     # done: no claim, no second finish
     assert _run(database, segment_state.claimed(segment_id, "w1", Segment.id)) == []
     assert _run(database, segment_state.finished(segment_id, won[0], 10, 0.1, None, 0)) == []
+    # One claim and one finish happened, so the history holds those two changes only.
+    assert [(e[0], e[1], e[3]) for e in _events(database, segment_id)] == [
+        ("pending", "running", won[0]), ("running", "done", won[0])]
+
+
+def _do(engine: Engine, statement: object) -> None:
+    with Session(engine) as session, session.begin():
+        session.execute(statement)  # type: ignore[call-overload]
+
+
+def _events(engine: Engine, segment_id: uuid.UUID) -> list[tuple[object, ...]]:
+    """The segment's history: (from, to, attempts, worker, error), oldest first."""
+    with Session(engine) as session:
+        return [tuple(row) for row in session.execute(
+            select(SegmentEvent.from_status, SegmentEvent.to_status, SegmentEvent.attempts,
+                   SegmentEvent.worker, SegmentEvent.error)
+            .where(SegmentEvent.segment_id == segment_id).order_by(SegmentEvent.id))]
+
+
+def test_every_status_change_of_a_segment_is_an_event_and_nothing_else_is(
+        database: Engine) -> None:
+    """Written by the database (a trigger), whichever statement changed the status."""
+    segment_id = _pending_segment(database)
+    _do(database, segment_state.reserved(segment_id, "w1"))  # no status change: no event
+    _do(database, segment_state.claimed(segment_id, "w1", Segment.id))
+    _do(database, segment_state.beaten([segment_id], "w1", utcnow()))  # a heartbeat: none
+    _do(database, segment_state.released(segment_id, "w1", True, "engine error"))
+    _do(database, segment_state.claimed(segment_id, "w2", Segment.id))
+    _do(database, segment_state.finished(segment_id, "w2", 10, 0.1, None, 0))
+    _do(database, segment_state.retaken(segment_id, 2, {"takes": []}))
+    assert _events(database, segment_id) == [
+        ("pending", "running", 1, "w1", None),
+        ("running", "pending", 1, "w1", "engine error"),
+        ("pending", "running", 2, "w2", "engine error"),
+        ("running", "done", 2, "w2", None),
+        ("done", "pending", 2, None, None),
+    ]
+    with Session(database) as session:
+        at = session.scalars(select(SegmentEvent.at).where(
+            SegmentEvent.segment_id == segment_id).order_by(SegmentEvent.id)).all()
+    assert at == sorted(at)
+    assert at[0].tzinfo is not None
 
 
 def test_a_stopping_worker_hands_back_what_it_holds_and_gets_the_attempt_back(
