@@ -139,8 +139,8 @@ def encode(audio: Audio, rate: int, fmt: str) -> bytes:
     calls for 20 s of MP3), and each call must take the GIL again. Beside two threads running
     Python, one 20 s MP3 then took 5.9-6.5 s, and 0.18-0.19 s through the descriptor, where
     the encoder never needs the GIL (bench.fragments). On two H100s the assembly worker's
-    32 threads each took 1.1-1.4 s per fragment against 0.3 s alone (README, One host,
-    several GPUs). The bytes are the same (tests/test_audio.py).
+    32 threads each took 1.1-1.4 s per fragment against 0.3 s alone (docs/deployment.md, One
+    host, several GPUs). The bytes are the same (tests/test_audio.py).
     """
     if fmt not in _SNDFILE:  # PCM and AAC: no callbacks
         buffer = io.BytesIO()

@@ -1,4 +1,4 @@
-"""The job object of API.md, rendered from a row; URLs are made fresh at read time."""
+"""The job object the API returns, rendered from a row; URLs are made fresh at read time."""
 
 from collections.abc import Callable
 from datetime import datetime

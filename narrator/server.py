@@ -107,6 +107,7 @@ def worker(
     import structlog
 
     structlog.get_logger().info("worker.starting", pid=os.getpid())
+    _quiet_root_warning()
     from core.catalog import catalog
     from core.queues import BATCH, REALTIME, split_queues, worker_queues
     from workers.app import celery_app
@@ -125,13 +126,7 @@ def worker(
     # A worker with no model queue (--queues assembly) runs no engine: its tasks are CPU work
     # (MP3 fragments, assemblies) on a thread per core, whatever NARRATOR_ENGINE says.
     synthesizes = any(q.startswith((f"{REALTIME}.", f"{BATCH}.")) for q in queues.split(","))
-    # One process's threads share one GIL: on two H100s one assembly worker's 32 threads
-    # encoded about 25 MP3 fragments a second after a wave of segments, 4.7 cores busy on
-    # average over the job, each task 1.1-1.4 s against 0.3 s alone; each fragment held the
-    # GIL 7-15 ms of its 100-150 ms of CPU here (bench.fragments; README, One host, several
-    # GPUs). More cores, more processes; an engine stays in one.
-    processes = processes or (
-        1 if synthesizes else max(1, cores() // settings.assembly_cores_per_process))
+    processes = processes or _processes(synthesizes)
     if processes > 1:
         _supervise_workers(queues, processes, pool, concurrency or max(1, cores() // processes),
                            loglevel, banner)
@@ -145,6 +140,32 @@ def worker(
     if concurrency:
         argv += ["-c", str(concurrency)]
     celery_app.worker_main(argv)
+
+
+def _quiet_root_warning() -> None:
+    """Celery warns a worker run as root against unpickling messages; Narrator's workers
+    accept JSON only (core/broker.py) and its images run as the `narrator` user, so the
+    warning only alarmed a root shell running `narrator serve`."""
+    import warnings
+
+    from celery.exceptions import SecurityWarning
+
+    warnings.filterwarnings("ignore", category=SecurityWarning)
+
+
+def _processes(synthesizes: bool) -> int:
+    """A worker's default process count (--processes 0).
+
+    One process's threads share one GIL: on two H100s one assembly worker's 32 threads
+    encoded about 25 MP3 fragments a second after a wave of segments, 4.7 cores busy on
+    average over the job, each task 1.1-1.4 s against 0.3 s alone; each fragment held the GIL
+    7-15 ms of its 100-150 ms of CPU (bench.fragments; docs/deployment.md, One host, several
+    GPUs). More cores, more processes; an engine stays in one.
+    """
+    from workers.book.parts import cores
+    from workers.settings import get_settings
+
+    return 1 if synthesizes else max(1, cores() // get_settings().assembly_cores_per_process)
 
 
 def _threads(gpu: bool) -> int:

@@ -96,4 +96,5 @@ echo "test: database $NARRATOR_TEST_DATABASE_URL, redis $NARRATOR_TEST_REDIS_URL
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache  # the import contracts (pyproject [tool.importlinter])
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"  # the docs, links checked
 .venv/bin/pytest "$@"

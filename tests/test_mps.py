@@ -4,7 +4,7 @@ The stand-in sits at the GPU boundary: it keeps the daemon's state in a file in 
 folder, as the real control program keeps its socket there, and answers the commands the
 engine sends (get_server_list, get_client_list, quit); the processes under its one MPS
 server are the lines of a `clients` file there, as a test puts them. Whether MPS speeds the
-engine up is measured on the device (README, On the H100), not here.
+engine up is measured on the device (docs/gpu-measurements.md), not here.
 """
 
 import os

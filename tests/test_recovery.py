@@ -81,7 +81,7 @@ def test_a_killed_workers_job_completes_within_a_minute(stack: Stack) -> None:
         attempts = _attempts(http, done)
     assert done["status"] == "completed", done
     assert recovered < RECOVERY_SECONDS, recovered
-    print(f"kill to completed: {recovered:.1f} s")  # the README's figure (pytest -s)
+    print(f"kill to completed: {recovered:.1f} s")  # docs/operations.md's figure (pytest -s)
     assert len(attempts) == 12  # full length: nothing lost
     assert max(attempts) <= 2
     assert sum(a - 1 for a in attempts) <= PIPER_IN_FLIGHT  # only the segments in flight

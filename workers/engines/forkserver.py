@@ -2,7 +2,7 @@
 
 vLLM-Omni 0.26 starts each stage process (talker, Code2Wav) with `spawn`, one after the
 other, and each imports torch, vLLM and vLLM-Omni afresh: 29 s and 35 s of a 150 s warm
-start on an H100 (README, On the H100). Here a forkserver is started as the engine starts;
+start on an H100 (docs/gpu-measurements.md). Here a forkserver is started as the engine starts;
 it imports those modules once, at the same time as the engine's own import, and each stage
 process is then forked from it with the imports done. The forkserver never initialises CUDA
 (stage_imports.py), so forking it is as safe as vLLM's own

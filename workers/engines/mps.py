@@ -8,7 +8,7 @@ with a pipe folder for its GPU set (CUDA_MPS_PIPE_DIRECTORY, which the stage pro
 inherit). A second engine on the same GPUs (two GPU workers sharing one GPU) joins that
 daemon, so all four stage processes share the GPU at once; the last engine to close quits it.
 
-Measured on one H100 (README, On the H100): raw AsyncOmni under Narrator's config, 64 whole
+Measured on one H100 (docs/gpu-measurements.md): raw AsyncOmni under Narrator's config, 64 whole
 segments in flight, 150.6 audio-s/s without MPS and 163.7 with it, same machine; but the
 product with it (another H100) made 0.89 of the bare engine on its first job, against 1.35
 in the last product run without it, for a cause not yet separated. VLLM_MPS is therefore

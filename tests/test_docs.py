@@ -1,0 +1,45 @@
+"""The documentation says what the software does, not how it was built, and its examples run:
+no work-session history anywhere in the repository, a short README, and the README's
+streaming example through the official OpenAI SDK against a real stack."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import openai
+
+from tests.support import Stack
+
+ROOT = Path(__file__).resolve().parent.parent
+HISTORY = re.compile(r"\bsession \d", re.IGNORECASE)
+
+
+def test_no_file_of_the_repository_narrates_work_sessions() -> None:
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    # This file names the pattern it looks for.
+    found = [name for name in files if name != "tests/test_docs.py"
+             and (ROOT / name).is_file() and HISTORY.search(
+                 (ROOT / name).read_bytes().decode("utf-8", errors="ignore"))]
+    assert found == []
+
+
+def test_the_readme_is_a_front_page() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    for page in re.findall(r"\]\((docs/[^)#]+)", readme):  # every page it points at exists
+        assert (ROOT / page).is_file(), page
+
+
+def test_the_readmes_streaming_example_streams(local_stack: Stack) -> None:
+    """As the README shows it: the SDK's streaming call with stream_format and pcm."""
+    client = openai.OpenAI(base_url=f"{local_stack.url}/v1", api_key="unused")
+    with client.audio.speech.with_streaming_response.create(
+            model="piper", voice="joe", input="Streamed, piece by piece. And then some more.",
+            response_format="pcm", stream_format="audio") as response:
+        rate = int(response.headers["x-sample-rate"])
+        chunks = [chunk for chunk in response.iter_bytes() if chunk]
+    audio = b"".join(chunks)
+    assert rate == 22050
+    assert len(chunks) > 1  # it came in pieces
+    assert len(audio) / 2 / rate > 1.0  # over a second of 16-bit mono speech
