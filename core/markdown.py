@@ -6,6 +6,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 CHAPTER_LEVELS = ("h1", "h2")
+PARSER = MarkdownIt("commonmark").disable("code")  # indented lines are prose (chapters())
 BLOCK_ENDS = ("paragraph_close", "list_item_close", "blockquote_close", "heading_close")
 
 
@@ -26,9 +27,12 @@ def _inline_text(token: Token) -> str:
 def chapters(text: str) -> list[dict[str, Any]]:
     """Split Markdown into chapters at level-1 and level-2 headings, as plain text.
 
-    Text before the first heading is a chapter without a title; code blocks are not read.
+    Text before the first heading is a chapter without a title; fenced code blocks are not
+    read. Text indented by four spaces or more is read as prose, not as CommonMark's
+    indented code: plain text saved as Markdown indents lines such as a licence's
+    "Version 3, 29 June 2007", and a book has no code to skip that is not fenced.
     """
-    tokens = MarkdownIt("commonmark").parse(text)
+    tokens = PARSER.parse(text)
     result: list[dict[str, Any]] = []
     title: str | None = None
     body: list[str] = []

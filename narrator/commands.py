@@ -34,6 +34,29 @@ def _api(url: str, key: str) -> Iterator["Narrator"]:
         raise typer.Exit(1) from None
 
 
+def _readable(path: Path, *, text: bool) -> str:
+    """Read a local file the command sends; a missing, unreadable or (for text) non-UTF-8
+    file ends the command with one line that says what to do. Return the text, if text."""
+    try:
+        data = path.read_bytes()
+        return data.decode("utf-8") if text else ""
+    except FileNotFoundError:
+        _fail(f"no such file: {path}")
+    except IsADirectoryError:
+        _fail(f"{path} is a folder: give a file")
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        _fail(f"{path} is not UTF-8 text (byte {exc.start} is not): save it as UTF-8, for "
+              f"example `iconv -f latin1 -t utf-8 {path} > {path.stem}.utf8{path.suffix}`")
+    raise AssertionError("unreachable")
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
 LexiconOpt = Annotated[list[str] | None, typer.Option(
     "--lexicon", help="a pronunciation lexicon's name or id (repeat for more; first wins)")]
 
@@ -46,7 +69,7 @@ def lexicon(file: Annotated[Path, typer.Argument(help="JSON entries, or lines 't
     """Create the lexicon NAME from FILE, or replace the one of that name."""
     import json
 
-    raw = file.read_text(encoding="utf-8")
+    raw = _readable(file, text=True)
     if file.suffix == ".json":
         loaded = json.loads(raw)
         entries = loaded["entries"] if isinstance(loaded, dict) else loaded
@@ -90,11 +113,18 @@ def submit(file: Annotated[Path, typer.Argument(help="plain text, Markdown (.md:
            title: Annotated[str, typer.Option(help="the book's title (tags)")] = "",
            author: Annotated[str, typer.Option(help="the book's author (tags)")] = "",
            mastering: Annotated[str, typer.Option(help="'acx': ACX-ready MP3 chapters")] = "",
+           subtitles: Annotated[str, typer.Option(
+               help="comma-separated: srt, vtt, words (a JSON word track)")] = "",
            cast: Annotated[list[str] | None, typer.Option(
                help="NAME=VOICE: [voice:NAME] marks speak in VOICE (repeat for more)")] = None,
            url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
     """Submit FILE as a job; with --wait, follow it and download the audio."""
+    _readable(file, text=file.suffix.lower() != ".epub")
+    if cover is not None:
+        _readable(cover, text=False)
     fields: dict[str, Any] = {"response_format": fmt}
+    if subtitles:
+        fields["subtitles"] = [kind.strip() for kind in subtitles.split(",") if kind.strip()]
     fields |= {k: v for k, v in (("voice", voice), ("lexicons", lexicon),
                                  ("mastering", mastering)) if v}
     pairs = [entry.partition("=") for entry in cast or []]

@@ -39,6 +39,47 @@ def test_submit_waits_and_downloads(local_stack: Stack, tmp_path: Path) -> None:
     assert seconds > 2.0
 
 
+@pytest.mark.parametrize("case", ["missing", "latin-1", "binary", "folder", "cover"])
+def test_a_local_file_the_command_cannot_send_is_one_line_of_error(tmp_path: Path,
+                                                                   case: str) -> None:
+    """Checked before the API is asked (no server runs here): one line, what to do, exit 1."""
+    book = tmp_path / "book.txt"
+    book.write_text("A fine book.", encoding="utf-8")
+    args = [str(book)]
+    if case == "missing":
+        args = [str(tmp_path / "nowhere.txt")]
+    elif case == "latin-1":
+        book.write_bytes("Caf\xe9 cr\xe8me, na\xefve.".encode("latin-1"))
+    elif case == "binary":
+        book.write_bytes(bytes(range(256)) * 4)
+    elif case == "folder":
+        args = [str(tmp_path)]
+    else:
+        args += ["--cover", str(tmp_path / "cover.jpg")]
+    done = subprocess.run(narrator("submit", *args, "--url", "http://127.0.0.1:9"),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    expected = {"missing": "no such file", "latin-1": "not UTF-8 text", "binary": "not UTF-8",
+                "folder": "is a folder", "cover": "no such file"}[case]
+    assert expected in line
+
+
+def test_submit_asks_for_subtitles(local_stack: Stack, tmp_path: Path) -> None:
+    text = tmp_path / "note.txt"
+    text.write_text("One sentence. And another one.", encoding="utf-8")
+    done = subprocess.run(narrator("submit", str(text), "--subtitles", "srt, words", "--wait",
+                                   "--url", local_stack.url),
+                          capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr
+    import httpx
+
+    job = httpx.get(f"{local_stack.url}/v1/audio/jobs/{done.stdout.split()[0]}").json()
+    assert set(job["result"]["subtitles"]) == {"srt", "words"}
+
+
 def test_say_reports_api_errors(local_stack: Stack, tmp_path: Path) -> None:
     done = subprocess.run(narrator("say", "x", "-o", str(tmp_path / "a.mp3"), "--voice", "nope",
                                    "--url", local_stack.url),
