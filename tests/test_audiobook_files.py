@@ -77,6 +77,20 @@ def test_an_mp3_book_carries_id3_tags_cover_and_chapters(local_stack: Stack) -> 
     assert abs(seconds - job["result"]["duration_seconds"]) < 0.1
 
 
+def test_a_markdown_mp3_book_without_a_title_is_named_and_chaptered(local_stack: Stack) -> None:
+    """No `book`, no cover: the first heading names the file, and its chapters are marked."""
+    text = "A preface.\n\n# The Harbour\n\nBoats came in.\n\n# The Storm\n\nRain fell.\n"
+    body = {"response_format": "mp3", "input": text, "input_format": "markdown"}
+    with local_stack.client() as http:
+        job = wait_job(http, http.post("/v1/audio/jobs", json=body).json()["id"])
+        assert job["status"] == "completed", job
+        data = http.get(job["result"]["url"]).content
+    book = read_back(data)
+    assert {"title": "The Harbour", "album": "The Harbour", "genre": "Audiobook"}.items() \
+        <= book["tags"].items()
+    assert book["chapters"] == ["Chapter 1", "The Harbour", "The Storm"]
+
+
 BAD_COVERS = [
     ("not base64", {"cover": "%%%"}, 400, "cover"),
     ("not an image", {"cover": base64.b64encode(b"hello").decode()}, 400, "cover"),

@@ -140,8 +140,8 @@ def _measured(spans: list[Span], files: list[Path]) -> dict[str, Any]:
     return {"profile": "acx", "ok": all(c["ok"] for c in chapters), "chapters": chapters}
 
 
-def tags_of(job: Job, store: MediaStore) -> Tags | None:
-    """Return the tags of a job's files: its `book` and cover (None: it gave neither)."""
+def tags_of(job: Job, store: MediaStore) -> Tags:
+    """Return the tags of a job's files: its `book`, its cover, its first heading."""
     cover = None
     if job.options.get("cover"):
         try:
@@ -149,7 +149,8 @@ def tags_of(job: Job, store: MediaStore) -> Tags | None:
                 cover = f.read()
         except FileNotFoundError:  # removed by hand: the book is still worth finishing
             log.warning("job.cover_missing", job_id=str(job.id), key=job.options["cover"])
-    return book_tags(job.options, job.voice, cover)
+    heading = next((c["title"] for c in job.chapters or [] if c.get("title")), None)
+    return book_tags(job.options, job.voice, cover, heading)
 
 
 def kept_fragment(store: MediaStore, key: str) -> fragments.Encoded | None:

@@ -36,13 +36,14 @@ class Tags:
                        track=(number, of))
 
 
-def book_tags(options: dict[str, Any], voice: str, cover: bytes | None) -> Tags | None:
-    """Return a job's tags (None: it gave neither `book` nor a cover)."""
-    book = options.get("book")
-    if book is None and cover is None:
-        return None
-    book = book or {}
-    return Tags(title=book.get("title"), album=book.get("title"), author=book.get("author"),
+def book_tags(options: dict[str, Any], voice: str, cover: bytes | None,
+              first_heading: str | None = None) -> Tags:
+    """Return a job's tags: its `book`, its cover, and, when `book` gives no title, its first
+    chapter heading as the title, so that every book file is named and carries its chapters
+    (an MP3's ID3 chapter frames go with its tags)."""
+    book = options.get("book") or {}
+    title = book.get("title") or first_heading
+    return Tags(title=title, album=title, author=book.get("author"),
                 narrator=book.get("narrator") or voice, year=book.get("year"),
                 description=book.get("description"), cover=cover,
                 cover_png=str(options.get("cover", "")).endswith(".png"))
@@ -79,10 +80,33 @@ def _mp4(path: Path, tags: Tags) -> None:
     audio.save()
 
 
+def _chapters_in_order() -> Any:
+    """mutagen's ID3, with its frames written chapter by chapter in the order they were added.
+
+    mutagen writes frames of one kind shortest first (and keeps only pictures in their
+    order), so a book's CHAP frames came out of time order whenever titles differ in length,
+    and FFmpeg lists chapters in the order of the frames, not by their start (a book of
+    "Chapter 1", "The Harbour", "The Storm" read back as 1, 3, 2). Players that follow the
+    CTOC frame were right either way.
+    """
+    from mutagen import id3
+    from mutagen.id3._tags import save_frame  # the frame writer mutagen's own _write uses
+
+    class Ordered(id3.ID3):
+        def _write(self, config: Any) -> bytearray:
+            frames = list(self.values())
+            data = [save_frame(frame, config=config) for frame in frames]
+            chapter = [frame.FrameID in ("CTOC", "CHAP") for frame in frames]
+            order = sorted(range(len(frames)), key=lambda n: (chapter[n], n))  # chapters last
+            return bytearray().join(data[n] for n in order)
+
+    return Ordered()
+
+
 def _id3(path: Path, tags: Tags, marks: list[Mark]) -> None:
     from mutagen import id3
 
-    frames = id3.ID3()
+    frames = _chapters_in_order()
     text = {id3.TIT2: tags.title, id3.TALB: tags.album, id3.TPE1: tags.author,
             id3.TCOM: tags.narrator, id3.TDRC: tags.year and str(tags.year)}
     for frame, value in text.items():
