@@ -31,10 +31,12 @@ def _object(voice: Voice, model: ModelInfo | None) -> dict[str, Any]:
 async def upload_voice(
     state: StateDep, session: SessionDep, owner: OwnerDep,
     file: Annotated[UploadFile, File(description="reference clip, 1-30 s, at most 10 MB")],
-    name: Annotated[str, Form(min_length=1, max_length=128)],
+    name: Annotated[str, Form(min_length=1, max_length=128, description="the voice's name")],
     consent: Annotated[str, Form(description="the speaker's consent to be cloned")],
-    ref_text: Annotated[str | None, Form(max_length=2000)] = None,
-    model: Annotated[str | None, Form()] = None,
+    ref_text: Annotated[str | None, Form(
+        max_length=2000, description="what the clip says (models that use it)")] = None,
+    model: Annotated[str | None, Form(
+        description="the model the voice is for; empty: the first that clones")] = None,
 ) -> dict[str, Any]:
     """Store a reference clip where every worker can read it."""
     if consent.strip().lower() in REFUSALS:
