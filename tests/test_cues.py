@@ -3,10 +3,12 @@ fallback, and the manifest's record of which each segment got."""
 
 import uuid
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
 from core.normalize import spoken
+from core.text import sentences
 from models import Job, Segment
 from workers.aligners import Word, words_of
 from workers.book.timeline import Timeline, manifest, sentence_cues, word_track
@@ -91,14 +93,15 @@ LONG = ("When the ferry finally reached the island, long after the sun had gone 
 
 
 def test_a_long_sentence_is_cut_at_its_clauses_from_their_own_words() -> None:
-    from workers.book.timeline import CUE_MAX_CHARS, clauses
+    from workers.book.cues import CUE_MAX_CHARS
+    from workers.book.cues import pieces as cut
 
-    pieces = clauses(LONG)
+    pieces = cut(LONG)
     assert " ".join(pieces) == LONG
     assert len(pieces) > 1
     assert all(len(p) <= CUE_MAX_CHARS for p in pieces)
-    assert clauses("It cost 1,000 dollars.", limit=5) == ["It cost 1,000 dollars."]
-    assert clauses("Short, and sweet.") == ["Short, and sweet."]
+    assert cut("It cost 1,000 dollars.", limit=18) == ["It cost 1,000", "dollars."]
+    assert cut("Short, and sweet.") == ["Short, and sweet."]
     segments = _segments(LONG, samples=20000)
     timeline = Timeline(segments, RATE)
     words = _words(LONG, step=200)
@@ -115,3 +118,36 @@ def test_a_long_sentence_is_cut_at_its_clauses_from_their_own_words() -> None:
     assert timing == ["estimated"]
     assert [text for _, _, text in cues] == pieces
     assert cues[-1][1] == 20000 / RATE
+
+
+LICENCES = Path("/usr/share/common-licenses")
+
+
+@pytest.mark.parametrize("name", ["GPL-3", "Apache-2.0"])
+def test_every_cue_of_a_licence_fits_two_lines_and_keeps_names_and_numbers_whole(
+        name: str) -> None:
+    """Debian's licence texts: long sentences, names ("Free Software Foundation, Inc."),
+    dates and section numbers, in every shape a book has them."""
+    from workers.book.cues import CLOSING, CUE_MAX_CHARS
+    from workers.book.cues import pieces as cut
+
+    text = (LICENCES / name).read_text()
+    found = [s for paragraph in text.split("\n\n")
+             for s in sentences(" ".join(paragraph.split()), "en")]
+    assert len(found) > 50
+    for sentence in found:
+        pieces = cut(sentence)
+        assert " ".join(pieces) == sentence
+        for before, after in pairwise(pieces):
+            assert not CLOSING.match(after.split(" ")[0]), (before, after)
+        for piece in pieces:
+            if " " in piece:  # a single word longer than a cue (a URL) stays whole
+                assert len(piece) <= CUE_MAX_CHARS, piece
+    sentence = ("Copyright (C) 2007 Free Software Foundation, Inc. and everyone else who has "
+                "contributed to the text of this License, Version 3, 29 June 2007, may copy it.")
+    pieces = cut(sentence)
+    assert all(len(p) <= CUE_MAX_CHARS for p in pieces)
+    joints = [(a.split(" ")[-1], b.split(" ")[0]) for a, b in pairwise(pieces)]
+    for inside in [("Free", "Software"), ("Software", "Foundation"), ("Foundation,", "Inc."),
+                   ("29", "June"), ("June", "2007,"), ("(C)", "2007")]:
+        assert inside not in joints, pieces

@@ -9,20 +9,12 @@ from core.cast import voice_for
 from core.ids import job_id
 from core.lexicon import Reader
 from core.normalize import spoken
-from core.text import clauses as text_clauses
 from core.text import sentences
 from models import Job, Segment
 from workers.aligners import Word, words_of
+from workers.book.cues import pieces as cue_pieces
 
 Words = Callable[[Segment], "list[Word] | None"]  # a segment's aligned words, if kept
-
-# A cue longer than two subtitle lines of 42 characters is split at its clauses.
-CUE_MAX_CHARS = 84
-
-
-def clauses(sentence: str, limit: int = CUE_MAX_CHARS) -> list[str]:
-    """A long sentence's cues: `core.text.clauses` at the cue length."""
-    return text_clauses(sentence, limit)
 
 
 def timestamp(seconds: float, sep: str) -> str:
@@ -164,7 +156,7 @@ def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
                   words: Words | None = None,
                   say: Callable[[Segment], Reader] | None = None
                   ) -> tuple[list[tuple[float, float, str]], list[str]]:
-    """One cue per sentence (per clause where it is long: `clauses`), (start s, end s,
+    """One cue per sentence (per piece where it is long: workers.book.cues), (start s, end s,
     text), and each segment's timing.
 
     Each segment's span is exact, from the sample counts of its part. Inside a segment, a
@@ -194,7 +186,7 @@ def sentence_cues(segments: list[Segment], timeline: Timeline, language: str,
                      for text, (a, b) in _clause_spans(part, span, readers(segment))]
             continue
         timing.append("estimated")
-        pieces = [clause for part in parts for clause in clauses(part)]
+        pieces = [piece for part in parts for piece in cue_pieces(part)]
         weights = [max(1, sum(ch.isalnum() for ch in piece)) for piece in pieces]
         total, done = sum(weights), 0
         for piece, weight in zip(pieces, weights, strict=True):
@@ -253,9 +245,9 @@ def _word_spans(parts: list[str], placed: "list[Word]",
 
 def _clause_spans(sentence: str, placed: "list[Word]",
                   say: Reader) -> list[tuple[str, tuple[int, int]]]:
-    """A sentence's cues from its words: one per clause where it is long (`clauses`) and
-    its clauses' spoken words add up to the sentence's, else the whole sentence."""
-    pieces = clauses(sentence)
+    """A sentence's cues from its words: one per piece where it is long (workers.book.cues)
+    and its pieces' spoken words add up to the sentence's, else the whole sentence."""
+    pieces = cue_pieces(sentence)
     counts = _counts(pieces, say)
     if len(pieces) == 1 or 0 in counts or sum(counts) != len(placed):
         return [(sentence, (placed[0].start, placed[-1].end))]
