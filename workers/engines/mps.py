@@ -1,12 +1,13 @@
-"""CUDA MPS for one engine: its two stage processes share the GPU at once, not in turns.
+"""CUDA MPS for a GPU's engines: their stage processes share the GPU at once, not in turns.
 
-vLLM-Omni runs Qwen3-TTS as two processes on one GPU, the talker and Code2Wav. Without MPS
-the GPU time-slices between their contexts, so a Code2Wav step of whole segments holds the
-talker's steps back and the other way round. Under an MPS server their kernels run side by
-side. The engine starts an MPS control daemon before vLLM-Omni spawns its stage processes,
-with a pipe folder for its GPU set (CUDA_MPS_PIPE_DIRECTORY, which the stage processes
-inherit). A second engine on the same GPUs (two GPU workers sharing one GPU) joins that
-daemon, so all four stage processes share the GPU at once; the last engine to close quits it.
+vLLM-Omni runs Qwen3-TTS as two processes on one GPU, the talker and Code2Wav, and a GPU
+worker runs two engines (the batch engine and the realtime partition). Without MPS the GPU
+time-slices between their contexts, so a batch step holds a realtime step back and the other
+way round. Under an MPS server their kernels run side by side. The first engine starts an
+MPS control daemon before vLLM-Omni spawns its stage processes, with a pipe folder for its
+GPU set (CUDA_MPS_PIPE_DIRECTORY, which the stage processes inherit); the other engines on
+the same GPUs (the partition, or a second GPU worker) join it; the last one to close quits
+it. Each engine's processes carry their SM share and priority as MPS client settings.
 
 Measured on one H100 (docs/gpu-measurements.md): raw AsyncOmni under Narrator's config, 64 whole
 segments in flight, 150.6 audio-s/s without MPS and 163.7 with it, same machine; but the
@@ -32,6 +33,9 @@ import structlog
 log = structlog.get_logger()
 CONTROL = "nvidia-cuda-mps-control"
 PIPE, LOGS = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
+# What an MPS client asks for itself (read when it initialises CUDA): the percentage of the
+# GPU's SMs its kernels may occupy, and its priority (0 normal, 1 below normal).
+SHARE, PRIORITY = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"
 
 
 def folder_for(devices: str | None) -> Path:
@@ -40,14 +44,19 @@ def folder_for(devices: str | None) -> Path:
     return Path(tempfile.gettempdir()) / f"narrator-mps-{os.getuid()}-{slug}"
 
 
-def start() -> Path | None:
+def start(share: int = 100, background: bool = False) -> Path | None:
     """Start this GPU set's MPS daemon, or join one left running, and point CUDA at it.
 
+    Under a daemon, the engine's processes may occupy `share` percent of the GPU's SMs, and
+    run at below-normal priority when `background`: the batch engine's, so that the realtime
+    partition's kernels (normal priority, all SMs) start beside a batch step, not after it.
     Return the daemon's folder, or None when the engine runs without a daemon of its own.
     Call before the engine initialises CUDA: processes started later inherit the setting.
     """
+    client = {SHARE: str(share), PRIORITY: "1" if background else "0"}
     if os.environ.get(PIPE):
-        log.info("mps.host", pipe=os.environ[PIPE])
+        os.environ.update(client)
+        log.info("mps.host", pipe=os.environ[PIPE], **client)
         return None
     binary = shutil.which(CONTROL)
     if binary is None:
@@ -66,8 +75,8 @@ def start() -> Path | None:
         log.warning("mps.failed", folder=str(folder),
                     log=_tail(Path(env[LOGS]) / "control.log"))
         return None
-    os.environ.update(env)
-    log.info("mps.started", folder=str(folder))
+    os.environ.update(env | client)
+    log.info("mps.started", folder=str(folder), **client)
     return folder
 
 
@@ -79,6 +88,8 @@ def stop(folder: Path | None) -> None:
     engine (two GPU workers on one GPU) would leave that engine unable to start a stage
     process again.
     """
+    for name in (SHARE, PRIORITY):
+        os.environ.pop(name, None)
     if folder is None:
         return
     env = _environment(folder)
