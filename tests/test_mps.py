@@ -102,23 +102,21 @@ def test_two_engines_on_one_gpu_share_a_daemon_and_the_last_one_out_quits_it(
     assert mps.PIPE not in os.environ
 
 
-def test_each_engine_asks_the_daemon_for_its_own_share_and_priority(control: Path) -> None:
-    batch = mps.start(share=70, background=True)
-    assert (os.environ[mps.SHARE], os.environ[mps.PRIORITY]) == ("70", "1")
-    for name in (mps.PIPE, mps.LOGS, mps.SHARE, mps.PRIORITY):
+def test_each_engine_asks_the_daemon_for_its_own_priority(control: Path) -> None:
+    batch = mps.start(background=True)
+    assert os.environ[mps.PRIORITY] == "1"
+    for name in (mps.PIPE, mps.LOGS, mps.PRIORITY):
         os.environ.pop(name)  # the realtime partition: an engine process of its own
     assert mps.start() == batch
-    assert (os.environ[mps.SHARE], os.environ[mps.PRIORITY]) == ("100", "0")
+    assert os.environ[mps.PRIORITY] == "0"
     mps.stop(batch)
-    assert mps.SHARE not in os.environ
     assert mps.PRIORITY not in os.environ
 
 
-def test_the_batch_engine_leaves_sms_and_priority_to_the_realtime_partition(
+def test_by_default_the_batch_engine_yields_to_the_realtime_partition_under_one_daemon(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NARRATOR_MODEL", str(QWEN))
-    monkeypatch.setenv("NARRATOR_VLLM_MPS", "true")
-    monkeypatch.setenv("NARRATOR_VLLM_MPS_BATCH_SHARE", "70")
+    monkeypatch.delenv("NARRATOR_VLLM_MPS", raising=False)
     workers.settings.get_settings.cache_clear()
     try:
         batch, realtime = vllm_from_settings(), vllm_from_settings(realtime=True)
@@ -126,19 +124,19 @@ def test_the_batch_engine_leaves_sms_and_priority_to_the_realtime_partition(
         workers.settings.get_settings.cache_clear()
     assert batch._use_mps  # one daemon for both: their kernels run side by side
     assert realtime._use_mps
-    assert (batch._mps_share, batch._mps_background) == (70, True)
-    assert (realtime._mps_share, realtime._mps_background) == (100, False)
+    assert batch._mps_background
+    assert not realtime._mps_background
 
 
 def test_the_hosts_own_daemon_is_used_as_it_is(control: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(mps.PIPE, str(control / "host-pipe"))
-    assert mps.start(share=80, background=True) is None
+    assert mps.start(background=True) is None
     assert os.environ[mps.PIPE] == str(control / "host-pipe")
-    assert os.environ[mps.SHARE] == "80"
+    assert os.environ[mps.PRIORITY] == "1"
     assert not list(control.glob("narrator-mps-*"))
     mps.stop(None)
-    assert mps.SHARE not in os.environ
+    assert mps.PRIORITY not in os.environ
 
 
 def test_a_daemon_that_does_not_start_leaves_cuda_as_it_was(

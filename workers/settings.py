@@ -2,7 +2,6 @@
 
 from functools import lru_cache
 
-from pydantic import Field
 from pydantic_settings import BaseSettings
 
 from core.settings import CoreSettings
@@ -187,16 +186,13 @@ class GpuSettings(BaseSettings):
     beside the engine's own import, instead of spawning each to import it again
     (workers/engines/forkserver.py). false: vLLM-Omni's spawned stages, for a later
     vLLM-Omni that initialises CUDA on import."""
-    vllm_mps: bool = False
+    vllm_mps: bool = True
     """Run the engines' stage processes (batch engine and realtime partition) under one CUDA
-    MPS daemon for the worker's GPUs, so they share the GPU at once rather than in turns
-    (workers/engines/mps.py); the batch engine's kernels run at below-normal priority. Where
-    the host runs MPS already (CUDA_MPS_PIPE_DIRECTORY set) the engines join it; without
-    `nvidia-cuda-mps-control` they run without. Off by default
+    MPS daemon for the worker's GPUs, so their kernels share the GPU at once rather than in
+    turns, the batch engine's at below-normal priority (workers/engines/mps.py). Where the
+    host runs MPS already (CUDA_MPS_PIPE_DIRECTORY set) the engines join it; without
+    `nvidia-cuda-mps-control`, or where its daemon does not start, they run without
     (docs/design/realtime-partition.md)."""
-    vllm_mps_batch_share: int = Field(100, ge=10, le=100)
-    """Under VLLM_MPS, the percentage of the GPU's SMs the batch engine's kernels may occupy
-    (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); the rest stays free for the realtime partition."""
     vllm_realtime_engine: bool = True
     """The realtime partition (workers/runtime/partition.py): a second, small engine of the
     same checkpoint on the same GPU that serves only sync and streamed speech, so their

@@ -7,13 +7,16 @@ way round. Under an MPS server their kernels run side by side. The first engine 
 MPS control daemon before vLLM-Omni spawns its stage processes, with a pipe folder for its
 GPU set (CUDA_MPS_PIPE_DIRECTORY, which the stage processes inherit); the other engines on
 the same GPUs (the partition, or a second GPU worker) join it; the last one to close quits
-it. Each engine's processes carry their SM share and priority as MPS client settings.
+it. The batch engine's processes run at below-normal MPS client priority, so a realtime
+kernel is scheduled ahead of a batch kernel waiting beside it.
 
-Measured on one H100 (docs/gpu-measurements.md): raw AsyncOmni under Narrator's config, 64 whole
-segments in flight, 150.6 audio-s/s without MPS and 163.7 with it, same machine; but the
-product with it (another H100) made 0.89 of the bare engine on its first job, against 1.35
-in the last product run without it, for a cause not yet separated. VLLM_MPS is therefore
-off by default.
+Measured on one H100 (docs/design/realtime-partition.md), the product over HTTP with 4 jobs
+filling the batch engine, same machine: streamed first audio p50 / p99 137 / 216 ms with
+both engines under the daemon against 194 / 334 ms without MPS; a sync answer of four
+sentences 1.38 s against 1.85 s; the first job 0.98 of the run without MPS and the four jobs
+together 1.21 of it. With the batch engine also held to 80 % of the SMs
+(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) streamed requests came back without audio, so no SM share
+is set.
 
 Where the host already runs MPS (CUDA_MPS_PIPE_DIRECTORY set for the worker), the engine
 joins that daemon and starts none. Where `nvidia-cuda-mps-control` is missing, or the daemon
@@ -33,9 +36,8 @@ import structlog
 log = structlog.get_logger()
 CONTROL = "nvidia-cuda-mps-control"
 PIPE, LOGS = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
-# What an MPS client asks for itself (read when it initialises CUDA): the percentage of the
-# GPU's SMs its kernels may occupy, and its priority (0 normal, 1 below normal).
-SHARE, PRIORITY = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"
+# An MPS client's priority, read when it initialises CUDA: 0 normal, 1 below normal.
+PRIORITY = "CUDA_MPS_CLIENT_PRIORITY"
 
 
 def folder_for(devices: str | None) -> Path:
@@ -44,16 +46,16 @@ def folder_for(devices: str | None) -> Path:
     return Path(tempfile.gettempdir()) / f"narrator-mps-{os.getuid()}-{slug}"
 
 
-def start(share: int = 100, background: bool = False) -> Path | None:
+def start(background: bool = False) -> Path | None:
     """Start this GPU set's MPS daemon, or join one left running, and point CUDA at it.
 
-    Under a daemon, the engine's processes may occupy `share` percent of the GPU's SMs, and
-    run at below-normal priority when `background`: the batch engine's, so that the realtime
-    partition's kernels (normal priority, all SMs) start beside a batch step, not after it.
+    Under a daemon, the engine's processes run at below-normal priority when `background`:
+    the batch engine's, so that the realtime partition's kernels start beside a batch step,
+    not after it.
     Return the daemon's folder, or None when the engine runs without a daemon of its own.
     Call before the engine initialises CUDA: processes started later inherit the setting.
     """
-    client = {SHARE: str(share), PRIORITY: "1" if background else "0"}
+    client = {PRIORITY: "1" if background else "0"}
     if os.environ.get(PIPE):
         os.environ.update(client)
         log.info("mps.host", pipe=os.environ[PIPE], **client)
@@ -88,8 +90,7 @@ def stop(folder: Path | None) -> None:
     engine (two GPU workers on one GPU) would leave that engine unable to start a stage
     process again.
     """
-    for name in (SHARE, PRIORITY):
-        os.environ.pop(name, None)
+    os.environ.pop(PRIORITY, None)
     if folder is None:
         return
     env = _environment(folder)

@@ -61,11 +61,11 @@ class VllmOmniEngine:
                  prompt_length: PromptLength | None = None,
                  references: References | None = None, priority: bool = True,
                  deploy_config: str = "", stage_init_timeout: int = 900,
-                 use_mps: bool = False, mps_share: int = 100, mps_background: bool = False,
+                 use_mps: bool = False, mps_background: bool = False,
                  use_forkserver: bool = False) -> None:
         self.info = info
         self._use_mps = use_mps
-        self._mps_share, self._mps_background = mps_share, mps_background
+        self._mps_background = mps_background
         self._use_forkserver = use_forkserver
         self._mps: Path | None = None  # the MPS daemon's folder while the engine runs
         self.config = config
@@ -95,7 +95,7 @@ class VllmOmniEngine:
             if stages is not None:
                 forkserver.install(stages)
             if self._use_mps:  # before the stage processes start: they inherit its pipe
-                self._mps = mps.start(self._mps_share, self._mps_background)
+                self._mps = mps.start(background=self._mps_background)
             kwargs: dict[str, Any] = {"stage_init_timeout": timeout}
             if deploy_config:  # Narrator's: Code2Wav serves realtime audio first
                 kwargs["deploy_config"] = deploy_config

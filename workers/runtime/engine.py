@@ -70,9 +70,8 @@ def _load() -> Engine:
 
 def vllm_from_settings(realtime: bool = False) -> "VllmOmniEngine":
     """Build the engine NARRATOR_* settings describe (in the worker, or in its engine process);
-    `realtime`: the realtime partition's (workers/runtime/partition.py); under VLLM_MPS it
-    keeps all SMs at normal priority, and the batch engine takes VLLM_MPS_BATCH_SHARE of them
-    at below-normal priority."""
+    `realtime`: the realtime partition's (workers/runtime/partition.py); under VLLM_MPS its
+    kernels run at normal priority, the batch engine's below it."""
     from workers.engines.vllm_omni import DEPLOY_DIR, VllmOmniEngine, cache_environment
 
     settings = get_settings()
@@ -88,8 +87,8 @@ def vllm_from_settings(realtime: bool = False) -> "VllmOmniEngine":
         else settings.vllm_max_in_flight, priority=settings.vllm_priority,
         references=load_reference, deploy_config="" if deploy == "default" else deploy,
         stage_init_timeout=settings.vllm_stage_init_timeout,
-        use_mps=settings.vllm_mps, mps_share=100 if realtime else settings.vllm_mps_batch_share,
-        mps_background=not realtime, use_forkserver=settings.vllm_forkserver)
+        use_mps=settings.vllm_mps, mps_background=not realtime,
+        use_forkserver=settings.vllm_forkserver)
 
 
 def start_partition(warm: Callable[[Engine], None],
