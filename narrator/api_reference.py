@@ -3,7 +3,8 @@
 Each route becomes a section: its method and path, the docstring of its handler, its path,
 query and header parameters, and the fields of its request body (the docstring under each
 field of api/schemas.py); the objects those fields hold follow. Routes the console or the
-probes use are listed too. Error answers share one shape, described once at the top.
+probes use are listed too. Error answers share one shape, described once at the top, and
+every error code follows at the end (api/error_codes.py).
 
     python -m narrator.api_reference > docs/api.md
 
@@ -33,6 +34,8 @@ with `Retry-After`):
 {"error": {"message": "voice: unknown voice 'nope' for model 'piper'; available: joe",
            "type": "invalid_request_error", "param": "voice", "code": "voice_not_found"}}
 ```
+
+Every `code` is listed under [Error codes](#error-codes), at the end.
 """
 
 
@@ -141,7 +144,22 @@ def render(spec: dict[str, Any] | None = None) -> str:
             lines += ["", *fields(model)]
             used |= refs(model)
         lines.append("")
+    lines += error_codes()
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def error_codes() -> list[str]:
+    """The table of every error answer's code, then of every failed job's."""
+    from api.error_codes import ANSWERS, JOB_FAILURES
+
+    lines = ["## Error codes", "", "An error answer's `error.code`, by HTTP status:", "",
+             "| code | status | meaning |", "|---|---|---|"]
+    for code, (status, meaning) in sorted(ANSWERS.items(), key=lambda c: (c[1][0], c[0])):
+        lines.append(f"| `{code}` | {status} | {cell(meaning)} |")
+    lines += ["", "A failed job's `error.code` (`GET /v1/audio/jobs/{id}`, and its webhook):",
+              "", "| code | meaning |", "|---|---|"]
+    lines += [f"| `{code}` | {cell(meaning)} |" for code, meaning in JOB_FAILURES.items()]
+    return [*lines, ""]
 
 
 if __name__ == "__main__":
