@@ -71,8 +71,14 @@ def lexicon(file: Annotated[Path, typer.Argument(help="JSON entries, or lines 't
 
     raw = _readable(file, text=True)
     if file.suffix == ".json":
-        loaded = json.loads(raw)
-        entries = loaded["entries"] if isinstance(loaded, dict) else loaded
+        try:
+            loaded = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            _fail(f"{file} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})")
+        entries = loaded.get("entries") if isinstance(loaded, dict) else loaded
+        if not isinstance(entries, list):
+            _fail(f"{file}: give a list of entries, or an object with an \"entries\" list, "
+                  'each {"text": ..., "alias": ...} or {"text": ..., "ipa": ...}')
     else:
         entries = [_entry(*line.split("\t", 1)) for line in raw.splitlines()
                    if line.strip() and not line.startswith("#") and "\t" in line]

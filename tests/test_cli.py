@@ -67,6 +67,20 @@ def test_a_local_file_the_command_cannot_send_is_one_line_of_error(tmp_path: Pat
     assert expected in line
 
 
+@pytest.mark.parametrize("content", ['[{"text": "Nguyen", "alias": "win"', '{"name": "x"}'])
+def test_a_lexicon_file_that_is_not_entries_is_one_line_of_error(tmp_path: Path,
+                                                                 content: str) -> None:
+    names = tmp_path / "names.json"
+    names.write_text(content, encoding="utf-8")
+    done = subprocess.run(narrator("lexicon", str(names), "--name", "x", "--url",
+                                   "http://127.0.0.1:9"),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: ")
+    assert ("not valid JSON (line 1" if content.startswith("[") else "a list of entries") in line
+
+
 def test_submit_asks_for_subtitles(local_stack: Stack, tmp_path: Path) -> None:
     text = tmp_path / "note.txt"
     text.write_text("One sentence. And another one.", encoding="utf-8")
