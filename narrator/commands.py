@@ -49,7 +49,6 @@ def _readable(path: Path, *, text: bool) -> str:
     except UnicodeDecodeError as exc:
         _fail(f"{path} is not UTF-8 text (byte {exc.start} is not): save it as UTF-8, for "
               f"example `iconv -f latin1 -t utf-8 {path} > {path.stem}.utf8{path.suffix}`")
-    raise AssertionError("unreachable")
 
 
 def _fail(message: str) -> NoReturn:
