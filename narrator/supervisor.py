@@ -5,7 +5,7 @@ uvicorn's own --workers shares one listening socket between its processes, and t
 then hands keep-alive connections to whichever process accepts first: under bench.submit one
 process of two took every connection in one run of two (356 jobs/s, as one process), while
 each process on its own SO_REUSEPORT socket took half every time (586-618 against one
-process's 391-462; bench/results/submit_reuseport_2026-11-25_s14.txt). So the API's copies
+process's 391-462; bench/results/submit_reuseport_2026-11-25.txt). So the API's copies
 are supervised here, each binding the port itself, and so are a worker's processes.
 """
 

@@ -24,6 +24,26 @@ def test_no_file_of_the_repository_narrates_work_sessions() -> None:
     assert found == []
 
 
+def test_result_files_the_docs_and_code_name_are_kept() -> None:
+    """bench/results keeps the latest result of each benchmark; a page or module that cites a
+    file there cites one that exists. The GPU measurements' history names superseded runs,
+    which its header sends to git history."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    results = {Path(f).name for f in files if f.startswith("bench/results/")}
+    assert not any(re.search(r"_s\d+[_.]", name) for name in results)  # no run-numbered names
+    missing = []
+    for name in files:
+        if name.startswith("bench/results/") or name == "docs/gpu-measurements.md" \
+                or not name.endswith((".md", ".py", ".sh", ".yaml")):
+            continue
+        for cited in re.findall(r"bench/results/([A-Za-z0-9_.*-]+\.[a-z]+|[A-Za-z0-9_.-]+\*)",
+                                (ROOT / name).read_text()):
+            if cited not in ("*.json", "*.tmp") and not list((ROOT / "bench/results").glob(cited)):
+                missing.append(f"{name}: {cited}")
+    assert missing == []
+
+
 def test_the_readme_is_a_front_page() -> None:
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 200

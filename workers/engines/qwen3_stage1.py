@@ -5,7 +5,7 @@ priority into stage 1. When a wave of job segments ends together, their whole an
 (workers/engines/qwen3_handoff.py) reach Code2Wav in one burst: each step then admits as
 many as its token budget holds (65,536 tokens: about 16 segments of 250 frames, decoded one
 after another at about 34 ms each on an H100), and a streamed request's first chunk, queued
-behind them, waited 1-2.8 s (bench/results/gpu_engine_h100_1.7b_s7_*: the slowest first
+behind them, waited 1-2.8 s (bench/results/gpu_engine_h100_1.7b_2026-11-24_results.log: the slowest first
 audio of 12 probes spread over a wave's phases).
 
 `RealtimeFirstScheduler` is vLLM-Omni's own generation scheduler with three changes, made to
@@ -201,7 +201,7 @@ def _build_talker() -> type:
 
     Running realtime requests alone for a step while the batch sat it out (to get their first
     frame sooner) crashed vLLM-Omni 0.26's AR runner with a KeyError for `all_token_ids`
-    (bench/results/gpu_product_h100_1.7b_s8_boost_crash.log), so it is not done:
+    (bench/results/gpu_product_h100_1.7b_2026-11-24_boost_crash.log), so it is not done:
     holding waiting requests uses vLLM-Omni's own hook for it.
     """
     from vllm.logger import init_logger
