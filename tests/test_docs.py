@@ -44,6 +44,14 @@ def test_result_files_the_docs_and_code_name_are_kept() -> None:
     assert missing == []
 
 
+def test_the_performance_page_states_the_latest_result_files() -> None:
+    from bench.report import BEGIN, END, PAGE, render
+
+    page = PAGE.read_text()
+    assert page[page.index(BEGIN):page.index(END) + len(END)] == render(), \
+        "run: python -m bench.report --write"
+
+
 def test_the_readme_is_a_front_page() -> None:
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 200

@@ -5,8 +5,8 @@ priority into stage 1. When a wave of job segments ends together, their whole an
 (workers/engines/qwen3_handoff.py) reach Code2Wav in one burst: each step then admits as
 many as its token budget holds (65,536 tokens: about 16 segments of 250 frames, decoded one
 after another at about 34 ms each on an H100), and a streamed request's first chunk, queued
-behind them, waited 1-2.8 s (bench/results/gpu_engine_h100_1.7b_2026-11-24_results.log: the slowest first
-audio of 12 probes spread over a wave's phases).
+behind them, waited 1-2.8 s (the slowest first audio of 12 probes spread over a wave's
+phases: bench/results/gpu_engine_h100_1.7b_2026-11-24_results.log).
 
 `RealtimeFirstScheduler` is vLLM-Omni's own generation scheduler with three changes, made to
 its queues right after it has taken in the chunks that arrived (and so before it admits any
