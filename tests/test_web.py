@@ -135,7 +135,17 @@ def test_errors_are_shown_in_words(browser: WebDriver, served: str) -> None:
     browser.execute_script("document.getElementById('speak-text').value = 'x'.repeat(5000);")
     browser.find_element(By.ID, "speak-go").click()
     message = until(browser, lambda d: text_of(d, "error"))
-    assert "text too long for a sync request: use a job" in message
+    assert "use a job (the Jobs tab)" in message  # the console's words, not an endpoint
+    assert "/v1/" not in message
+    browser.find_element(By.ID, "tab-jobs").click()  # the error stays with its tab
+    until(browser, lambda d: not d.find_element(By.ID, "error").is_displayed())
+    browser.find_element(By.ID, "tab-speak").click()
+    browser.find_element(By.ID, "speak-go").click()
+    until(browser, lambda d: text_of(d, "error"))
+    text = browser.find_element(By.ID, "speak-text")
+    text.clear()
+    text.send_keys("Short again.")  # fixing the input clears it
+    until(browser, lambda d: not d.find_element(By.ID, "error").is_displayed())
 
 
 def test_a_markdown_book_from_chapters_to_synced_subtitles(browser: WebDriver, served: str,
@@ -149,9 +159,7 @@ def test_a_markdown_book_from_chapters_to_synced_subtitles(browser: WebDriver, s
     assert "The Harbour" in preview
     assert "The Market" in preview
 
-    browser.find_element(By.ID, "job-submit").click()
-    job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
-                   if text_of(d, "status").startswith("submitted job_") else None)
+    job_id = submit_job(browser)
     row = f'tr[data-job="{job_id}"]'
     until(browser, lambda d: "completed" in row_text(d, row), 120)
     assert "100%" in row_text(browser, row)
@@ -162,6 +170,11 @@ def test_a_markdown_book_from_chapters_to_synced_subtitles(browser: WebDriver, s
     assert [c.text for c in chapters] == ["The Harbour", "The Market"]
     cues = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#player-cues li"))
     assert len(cues) >= 4  # one cue per sentence
+    assert browser.execute_script(  # a cue's number up to 999 fits beside it, not clipped
+        "const ol = document.getElementById('player-cues'), s = document.createElement('span');"
+        "s.textContent = '888.\u00a0'; s.style.font = getComputedStyle(ol).font;"
+        "document.body.append(s); const w = s.getBoundingClientRect().width; s.remove();"
+        "return parseFloat(getComputedStyle(ol).paddingLeft) >= w;")
     downloads = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#player-downloads a")]
     assert downloads[0] == "Audio"
     assert "Chapter 2: The Market" in downloads
@@ -205,6 +218,10 @@ def test_a_chapter_re_rendered_from_the_player_becomes_version_two(browser: WebD
     until(browser, lambda d: "completed" in row_text(d, row), 120)
     click(browser, f'{row} button[aria-label="Play {job_id}"]')
     click(browser, 'button[aria-label="Re-render chapter 1"]')
+    browser.switch_to.alert.dismiss()  # asked first; "no" sends nothing
+    click(browser, 'button[aria-label="Re-render chapter 1"]')
+    assert "version 2" in browser.switch_to.alert.text
+    browser.switch_to.alert.accept()
     until(browser, lambda d: "completed (v2)" in row_text(d, row), 120)
     click(browser, f'{row} button[aria-label="Play {job_id}"]')
     until(browser, lambda d: text_of(d, "player-version").startswith("Version 2"))
@@ -212,6 +229,38 @@ def test_a_chapter_re_rendered_from_the_player_becomes_version_two(browser: WebD
         "const a = [...document.querySelectorAll('#player-downloads a')]"
         "  .find(a => a.textContent === 'Version 1 (earlier)'); return a ? a.href : null;"))
     assert httpx.get(earlier).status_code == 200
+
+
+def test_a_job_is_listed_by_its_title_and_the_console_fits_a_phone(browser: WebDriver,
+                                                                    served: str) -> None:
+    open_console(browser, served, "jobs")
+    plain_text_job(browser, "A short one.")
+    title = browser.find_element(By.ID, "job-title")
+    title.clear()
+    title.send_keys("Harbour Stories")
+    job_id = submit_job(browser)
+    title.clear()
+    row = f'tr[data-job="{job_id}"]'
+    until(browser, lambda d: "Harbour Stories" in row_text(d, f"{row} td"))
+    assert job_id[:16] not in row_text(browser, f"{row} td")
+    size = browser.get_window_size()
+    browser.set_window_size(420, 900)
+    try:
+        for tab in ("speak", "jobs", "voices"):
+            browser.find_element(By.ID, f"tab-{tab}").click()
+            until(browser, lambda d, tab=tab: d.find_element(By.ID, tab).is_displayed())
+            # nothing wider than the screen: no sideways scrolling of the page
+            wide = browser.execute_script(
+                "const scrolls = (e) => e && e !== document.body && (['auto', 'scroll']"
+                "  .includes(getComputedStyle(e).overflowX) || scrolls(e.parentElement));"
+                "return [document.documentElement.scrollWidth, window.innerWidth,"
+                "  ...[...document.querySelectorAll('body *')].filter(e => e.offsetParent"
+                "  && e.getBoundingClientRect().right > window.innerWidth + 0.5"
+                "  && !scrolls(e.parentElement))"
+                "  .map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 5)];")
+            assert wide[0] <= wide[1], (tab, wide)
+    finally:
+        browser.set_window_size(size["width"], size["height"])
 
 
 def test_the_player_lights_the_word_being_spoken(browser: WebDriver, served: str) -> None:
@@ -224,9 +273,7 @@ def test_the_player_lights_the_word_being_spoken(browser: WebDriver, served: str
     box.clear()
     box.send_keys("The boats came in at dawn. Gulls followed them home.")
     Select(browser.find_element(By.ID, "job-verify")).select_by_value("flag")
-    browser.find_element(By.ID, "job-submit").click()
-    job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
-                   if text_of(d, "status").startswith("submitted job_") else None)
+    job_id = submit_job(browser)
     row = f'tr[data-job="{job_id}"]'
     until(browser, lambda d: "completed" in row_text(d, row), 120)
     click(browser, f'{row} button[aria-label="Play {job_id}"]')
@@ -291,9 +338,7 @@ def test_a_running_job_can_be_cancelled_and_deleted(browser: WebDriver, served: 
                            # minutes of work on any machine: at 200 sentences a job on a
                            # fast 2-core VM finished before its Cancel button was clicked
                            "A long sentence to keep the worker busy for a while. " * 2000)
-    browser.find_element(By.ID, "job-submit").click()
-    job_id = until(browser, lambda d: text_of(d, "status").removeprefix("submitted ")
-                   if text_of(d, "status").startswith("submitted job_") else None)
+    job_id = submit_job(browser)
     row = f'tr[data-job="{job_id}"]'
     # Its row can take a while on 2 busy cores: one CI run showed "submitted"
     # but no row within 20 s while the worker planned this 2,000-sentence job; three local

@@ -6,7 +6,6 @@ const KEY = "narrator-api-key";
 // ---- API access: the key lives in sessionStorage only; every error is shown in words ----
 
 const FRIENDLY = {
-  input_too_long: "text too long for a sync request: use a job (the Jobs tab)",
   missing_api_key: "this server needs an API key",
   invalid_api_key: "that API key is not valid",
   rate_limit_exceeded: "too many requests for this key: wait a minute",
@@ -17,10 +16,22 @@ const FRIENDLY = {
   consent_required: "the speaker's consent is required to clone a voice",
 };
 
+// The API's messages point API clients at endpoints; here they point at the console's tabs.
+const IN_THE_CONSOLE = [
+  [/send long text as an async job: POST \/v1\/audio\/jobs/, "use a job (the Jobs tab)"],
+  [/upload one with POST \/v1\/audio\/voices/, "upload one (the Voices tab)"],
+  [/replace it with PUT \S+/, "saving it again replaces it"],
+  [/\s*\(see (GET|POST|PUT|DELETE) \/v1[^)]*\)/g, ""],
+];
+
+function inConsoleWords(message) {
+  return IN_THE_CONSOLE.reduce((text, [pattern, words]) => text.replace(pattern, words),
+                               String(message));
+}
+
 class ApiError extends Error {
   constructor(status, error) {
-    const words = FRIENDLY[error.code];
-    super(words ? `${words} (${error.message})` : error.message);
+    super(FRIENDLY[error.code] ?? inConsoleWords(error.message));
     this.status = status;
     this.code = error.code;
   }
@@ -74,6 +85,9 @@ function showError(error) {
 
 function say(text) { $("status").textContent = text; }
 
+// Editing any field clears the error it may have caused: the banner never outlives its cause.
+document.addEventListener("input", () => { if (!$("error").hidden) showError(null); });
+
 async function guarded(button, work) {
   showError(null);
   button.disabled = true;
@@ -85,6 +99,7 @@ async function guarded(button, work) {
 const TABS = ["speak", "jobs", "voices"];
 
 function showTab() {
+  showError(null);  // an error belongs to the tab it happened in
   const current = TABS.includes(location.hash.slice(1)) ? location.hash.slice(1) : "speak";
   for (const name of TABS) {
     $(name).hidden = name !== current;
@@ -358,7 +373,7 @@ async function refreshJobs() {
     const rows = page.data.map((job) => {
       const row = document.createElement("tr");
       row.dataset.job = job.id;
-      const cells = [job.id.slice(0, 16) + "…", job.version > 1 ? `${job.status} (v${job.version})` : job.status, "", new Date(job.created_at * 1000).toLocaleString(), ""]
+      const cells = [jobLabel(job), job.version > 1 ? `${job.status} (v${job.version})` : job.status, "", new Date(job.created_at * 1000).toLocaleString(), ""]
         .map((text) => { const td = document.createElement("td"); td.textContent = text; return td; });
       const bar = document.createElement("progress");
       bar.max = 100; bar.value = job.progress;
@@ -390,6 +405,12 @@ async function refreshJobs() {
   } catch (error) {
     showError(error);
   }
+}
+
+// A job is named by its title where it has one (the book's, or its metadata's), else its id.
+function jobLabel(job) {
+  const title = job.book?.title ?? job.metadata?.title ?? job.result?.chapters?.[0]?.title;
+  return title ? String(title) : job.id.slice(0, 16) + "…";
 }
 
 // ---- Player: chapters, subtitles in sync, downloads ----
@@ -467,6 +488,9 @@ async function openPlayer(job) {
     again.textContent = "Re-render";
     again.setAttribute("aria-label", `Re-render chapter ${n + 1}`);
     again.addEventListener("click", () => guarded(again, async () => {
+      const title = chapter.title ?? `chapter ${n + 1}`;
+      if (!confirm(`Synthesise "${title}" again? The job becomes version ${(job.version ?? 1) + 1}; `
+                   + "the current version stays downloadable.")) return;
       const job2 = await (await api(`/v1/audio/jobs/${job.id}/rerender`, {
         method: "POST", json: { chapters: [n] } })).json();
       say(`re-rendering chapter ${n + 1} of ${job.id} as version ${job2.version}`);
