@@ -1,5 +1,6 @@
 """The web console, driven in Debian's Chromium (headless) through ChromeDriver."""
 
+import functools
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -59,6 +60,10 @@ def until(driver: WebDriver, check: Callable[[WebDriver], Any], seconds: float =
         error = driver.find_element(By.ID, "error").text
         status = driver.find_element(By.ID, "status").text
         raise AssertionError(f"timed out; error box: {error!r}, status: {status!r}") from None
+
+
+def shown(driver: WebDriver, element_id: str) -> bool:
+    return bool(driver.find_element(By.ID, element_id).is_displayed())
 
 
 def text_of(driver: WebDriver, element_id: str) -> str:
@@ -248,7 +253,7 @@ def test_a_job_is_listed_by_its_title_and_the_console_fits_a_phone(browser: WebD
     try:
         for tab in ("speak", "jobs", "voices"):
             browser.find_element(By.ID, f"tab-{tab}").click()
-            until(browser, lambda d, tab=tab: d.find_element(By.ID, tab).is_displayed())
+            until(browser, functools.partial(shown, element_id=tab))
             # nothing wider than the screen: no sideways scrolling of the page
             wide = browser.execute_script(
                 "const scrolls = (e) => e && e !== document.body && (['auto', 'scroll']"
