@@ -565,7 +565,7 @@ async function openPlayer(job) {
     item.append(link);
     return item;
   }));
-  $("player-title").textContent = `Player: ${job.id}`;
+  $("player-title").textContent = `Player: ${jobLabel(job)}`;
   $("player-version").textContent = job.version > 1
     ? `Version ${job.version}; earlier versions are in the downloads` : "Version 1";
   player.hidden = false;
