@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +34,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def served(extra_env: dict[str, str] | None = None) -> Iterator[str]:
-    """Run `narrator serve` in a fresh data folder; yield its URL."""
+def served(extra_env: dict[str, str] | None = None,
+           started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Iterator[str]:
+    """Run `narrator serve` in a fresh data folder; yield its URL. `started` is given the
+    serve process as soon as it starts (a bench that samples its processes)."""
     with tempfile.TemporaryDirectory(prefix="narrator-bench-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("NARRATOR_")}
         env |= {"NARRATOR_DATA_DIR": tmp, "NARRATOR_LOG_LEVEL": "WARNING"} | (extra_env or {})
@@ -44,6 +46,8 @@ def served(extra_env: dict[str, str] | None = None) -> Iterator[str]:
         process = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "serve", "--port",
                                     str(port)], env=env, stdout=log, stderr=log,
                                    start_new_session=True)
+        if started is not None:
+            started(process)
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 90

@@ -140,8 +140,9 @@ class LifecycleSettings(BaseSettings):
     worker_max_rss_mb: float = 2048.0
     """The same past this resident size (MiB) of the worker's own process; a GPU worker's
     engine child is not counted (its memory is vLLM's own, kept through the recycle). 0:
-    never. A Piper worker idles near 450 MiB and peaked at 1,332 MiB speaking Debian's
-    GPL-3 text (163 segments, with SRT) through `narrator serve` on 2 cores."""
+    never. A Piper worker idles near 460 MiB and peaked at 1,212 MiB speaking Debian's
+    GPL-3 text (163 segments, with SRT and VTT) through `narrator serve` on 2 cores
+    (`python -m bench.book_memory`)."""
     ready_file: str = ""
     """A file the worker creates once its engine is warm and it consumes, and removes as it
     stops: a readiness probe tests for it (the Helm chart sets `/tmp/narrator-ready`)."""
