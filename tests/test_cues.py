@@ -128,7 +128,7 @@ def test_every_cue_of_a_licence_fits_two_lines_and_keeps_names_and_numbers_whole
         name: str) -> None:
     """Debian's licence texts: long sentences, names ("Free Software Foundation, Inc."),
     dates and section numbers, in every shape a book has them."""
-    from workers.book.cues import CLOSING, CUE_MAX_CHARS
+    from workers.book.cues import CLOSING, CUE_MAX_CHARS, LINE_MAX_CHARS, lines
     from workers.book.cues import pieces as cut
 
     text = (LICENCES / name).read_text()
@@ -143,6 +143,10 @@ def test_every_cue_of_a_licence_fits_two_lines_and_keeps_names_and_numbers_whole
         for piece in pieces:
             if " " in piece:  # a single word longer than a cue (a URL) stays whole
                 assert len(piece) <= CUE_MAX_CHARS, piece
+            shown = lines(piece)
+            assert " ".join(shown) == piece
+            assert len(shown) <= 2
+            assert all(len(line) <= LINE_MAX_CHARS for line in shown if " " in line), shown
     sentence = ("Copyright (C) 2007 Free Software Foundation, Inc. and everyone else who has "
                 "contributed to the text of this License, Version 3, 29 June 2007, may copy it.")
     pieces = cut(sentence)

@@ -12,6 +12,7 @@ from core.normalize import spoken
 from core.text import sentences
 from models import Job, Segment
 from workers.aligners import Word, words_of
+from workers.book.cues import lines
 from workers.book.cues import pieces as cue_pieces
 
 Words = Callable[[Segment], "list[Word] | None"]  # a segment's aligned words, if kept
@@ -42,12 +43,13 @@ def subtitles(cues: list[tuple[float, float, str]], kind: str,
 
 
 def _cue_text(text: str, kind: str) -> str:
-    """Return a cue's text as its format takes it: on one line, no "-->" (a timing line to a
-    parser), and in WebVTT with &, < and > escaped (else read as markup)."""
+    """Return a cue's text as its format takes it: on one line or two of at most 42
+    characters (workers/book/cues.py), no "-->" (a timing line to a parser), and in WebVTT
+    with &, < and > escaped (else read as markup)."""
     text = " ".join(text.split()).replace("-->", "->")
     if kind == "vtt":
         text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return text
+    return "\n".join(lines(text))
 
 
 # Where an encoder that works in frames may cut the audio: after a silence at least this long
