@@ -64,6 +64,10 @@ async def job_values(body: JobBody, shared: Shared, idempotency_key: str | None,
                      cover_kind: str | None) -> dict[str, Any]:
     """Check one job body (a 400 for what is wrong) and return its row, not yet stored."""
     settings = shared.state.settings
+    if body.priority not in settings.allowed_priorities:
+        raise ApiError(403, f"priority: '{body.priority}' is not allowed for this key (allowed: "
+                       f"{', '.join(sorted(settings.allowed_priorities))})",
+                       type="permission_error", param="priority", code="priority_not_allowed")
     model, voice = resolve(body, shared.models, shared.own)
     chapters, voices = await text_of(body, model, shared.own, settings)
     output_url = job_input.check_output_url(body.output_url, settings.output_prefixes)
@@ -89,6 +93,7 @@ async def job_values(body: JobBody, shared: Shared, idempotency_key: str | None,
     now = utcnow()
     return {
         "id": key, "owner": shared.owner, "status": JobStatus.queued, "model": model.id,
+        "priority": body.priority,
         "voice": voice.id, "response_format": body.response_format, "speed": body.speed,
         "options": options, "chapters": chapters, "output_url": output_url,
         "webhook_url": body.webhook_url, "meta": body.metadata,

@@ -137,6 +137,11 @@ class JobBody(SpeechFields, StorableBody):
     """The text, one chapter or Markdown (`input_format`); or give `chapters`."""
     chapters: list[Chapter] | None = None
     """The book's chapters, in order; or give `input`."""
+    priority: Literal["high", "normal", "low"] = "normal"
+    """Which waiting work runs first on the engines: every `high` job's segments, then
+    `normal`, then `low` (bulk back-catalogue); within a priority the keys share the engines
+    equally and a key's jobs take turns. The priorities a key may ask for:
+    `NARRATOR_JOB_PRIORITIES`."""
     input_format: Literal["text", "markdown"] = "text"
     """`markdown`: level-1 and level-2 headings of `input` become chapters; markup and fenced
     code are not read."""

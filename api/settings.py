@@ -69,6 +69,15 @@ class QuotaSettings(BaseSettings):
     max_chars_per_day_per_key: int = 0
     """Job characters a key may be charged in any 24 hours (jobs, and what a re-render
     speaks again); past it a 429 `daily_quota_exceeded`."""
+    job_priorities: str = "normal,low"
+    """The job priorities every key may ask for (`high`, `normal`, `low`, comma-separated);
+    another gets a 403 `priority_not_allowed`. Add `high` where every key may jump ahead
+    of the others' work."""
+
+    @property
+    def allowed_priorities(self) -> frozenset[str]:
+        """JOB_PRIORITIES as a set."""
+        return frozenset(p.strip() for p in self.job_priorities.split(",") if p.strip())
 
 
 class ApiSettings(CoreSettings, AccessSettings, LimitSettings, QuotaSettings):

@@ -88,6 +88,7 @@ def job_object(job: Job, url_for: UrlFor, api_base: str) -> dict[str, Any]:
         "status": job.status.value,
         "progress": _progress(job),
         "model": job.model,
+        "priority": job.priority or "normal",
         "voice": job.voice,
         "response_format": job.response_format,
         "created_at": _ts(job.created_at),

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from models.base import Base, JsonType, utcnow, uuid7
@@ -58,6 +59,7 @@ class Job(Base):
         UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
         Index("ix_jobs_owner_id", "owner", "id"),
         Index("ix_jobs_status", "status"),
+        Index("ix_jobs_model_status", "model", "status"),  # the fair pick's active jobs
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
@@ -73,6 +75,9 @@ class Job(Base):
     output_url: Mapped[str | None] = mapped_column(String(1024))
     webhook_url: Mapped[str | None] = mapped_column(String(2048))
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    # "high", "normal" or "low": the fair pick serves every high job's segments first
+    # (models/segments.py).
+    priority: Mapped[str] = mapped_column(String(8), default="normal", server_default="normal")
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
     input_characters: Mapped[int] = mapped_column(Integer, default=0)
@@ -105,6 +110,9 @@ class Segment(Base):
         UniqueConstraint("job_id", "index", name="uq_segments_job_id_index"),
         Index("ix_segments_status_heartbeat_at", "status", "heartbeat_at"),
         Index("ix_segments_worker", "worker"),  # the reaper's dead-worker sweeps
+        Index("ix_segments_job_pending", "job_id", "index",  # the fair pick
+              postgresql_where=sql_text("status = 'pending'"),
+              sqlite_where=sql_text("status = 'pending'")),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)

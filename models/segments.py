@@ -16,7 +16,18 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Delete, Update, case, delete, exists, update
+from sqlalchemy import (
+    ColumnElement,
+    Delete,
+    Select,
+    Update,
+    case,
+    delete,
+    exists,
+    func,
+    select,
+    update,
+)
 
 from models.base import utcnow
 from models.job import Job, JobStatus, Segment, SegmentStatus
@@ -39,6 +50,50 @@ def claimed(segment_id: uuid.UUID, worker: str, *returning: Any) -> Update:
     job_running = exists().where(Job.id == Segment.job_id, Job.status == JobStatus.in_progress)
     return (update(Segment)
             .where(Segment.id == segment_id, Segment.status == PENDING, job_running)
+            .values(status=RUNNING, attempts=Segment.attempts + 1, heartbeat_at=utcnow(),
+                    worker=worker)
+            .returning(*returning))
+
+
+# The fair pick: which pending segment a free engine slot takes next.
+
+PRIORITY_RANK = case((Job.priority == "high", 0), (Job.priority == "low", 2), else_=1)
+
+
+def fair_job(model: str) -> Select[uuid.UUID]:
+    """The job whose segment `model`'s next free engine slot runs: of the jobs in progress
+    with a pending segment, the highest priority; then the key (owner) running the fewest
+    segments now, so that keys share the engines equally; then, within it, the job running
+    the fewest, so that a key's jobs take turns; then the oldest.
+
+    A segment's broker message is a ticket for a slot, not for that segment: whichever
+    message a worker takes, it claims the segment this picks (pipeline.synthesize), and every
+    pending segment still has one message, so none is left without a slot."""
+    running = (select(Segment.job_id, func.count().label("n"))
+               .where(Segment.status == RUNNING).group_by(Segment.job_id).subquery())
+    by_owner = (select(Job.owner, func.count().label("n"))
+                .join(Segment, Segment.job_id == Job.id)
+                .where(Segment.status == RUNNING).group_by(Job.owner).subquery())
+    waiting = exists().where(Segment.job_id == Job.id, Segment.status == PENDING)
+    return (select(Job.id)
+            .outerjoin(running, running.c.job_id == Job.id)
+            .outerjoin(by_owner, by_owner.c.owner == Job.owner)
+            .where(Job.model == model, Job.status == JobStatus.in_progress, waiting)
+            .order_by(PRIORITY_RANK, func.coalesce(by_owner.c.n, 0),
+                      func.coalesce(running.c.n, 0), Job.id)
+            .limit(1))
+
+
+def claimed_next(job_id: uuid.UUID, worker: str, *returning: Any) -> Update:
+    """The first pending segment of `job_id` → running by `worker`, one more attempt (as
+    `claimed`); on Postgres a segment another worker is claiming is skipped, not waited for."""
+    first = (select(Segment.id)
+             .where(Segment.job_id == job_id, Segment.status == PENDING)
+             .order_by(Segment.index).limit(1).with_for_update(skip_locked=True))
+    job_running = exists().where(Job.id == Segment.job_id, Job.status == JobStatus.in_progress)
+    return (update(Segment)
+            .where(Segment.id == first.scalar_subquery(), Segment.status == PENDING,
+                   job_running)
             .values(status=RUNNING, attempts=Segment.attempts + 1, heartbeat_at=utcnow(),
                     worker=worker)
             .returning(*returning))

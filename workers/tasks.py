@@ -185,18 +185,21 @@ def plan_many(job_ids: list[str]) -> None:
 
 @celery_app.task(name=SYNTHESIZE, bind=True)
 def synthesize(self: Task[Any, Any], segment_id: str) -> None:
-    """Synthesise one segment; the last one to finish enqueues assembly."""
+    """Synthesise the fairest waiting segment of this message's model (the message is a ticket
+    for a slot: models.segments.fair_job); the last one of a job enqueues its assembly."""
     try:
         done = pipeline.synthesize(uuid.UUID(segment_id))
     except Exception as exc:
-        log.exception("segment.failed", segment_id=segment_id)
+        failed = exc.segment_id if isinstance(exc, pipeline.SegmentFailed) \
+            else uuid.UUID(segment_id)
+        log.exception("segment.failed", segment_id=str(failed))
         settings = get_settings()
         metrics.segment_failures.labels(catalog(settings)[0].id).inc()
-        if pipeline.release(uuid.UUID(segment_id), repr(exc), settings.segment_max_attempts):
+        if pipeline.release(failed, repr(exc), settings.segment_max_attempts):
             raise self.retry(countdown=backoff(self.request.retries + 1, 1.0, cap=64),
                              max_retries=None,
                              exc=exc) from exc
-        job = pipeline.job_of(uuid.UUID(segment_id))
+        job = pipeline.job_of(failed)
         if job is not None:
             notify.apply_async((str(job),), queue=BATCH)  # the job failed: tell its owner
         return
@@ -205,10 +208,10 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
     if done.checked and assembler_live():
         # Word times for its subtitles and the recognition check, on a CPU worker: sent
         # before the assembly, which does what is not done by then.
-        align_segment.apply_async((segment_id,), queue=ASSEMBLY)
+        align_segment.apply_async((str(done.segment_id),), queue=ASSEMBLY)
     if done.last:
         assemble.apply_async((str(done.job_id),), queue=assembly_queue())
-    elif assembler_live() and (ready := progressive.fragment_ready(uuid.UUID(segment_id))):
+    elif assembler_live() and (ready := progressive.fragment_ready(done.segment_id)):
         # Its fragment (MP3, AAC) can be encoded now, on a CPU worker, while the rest is made:
         # what is left after the last segment is then a join, not the whole book's encode.
         encode_fragment.apply_async((str(ready[0]), ready[1]), queue=ASSEMBLY)
