@@ -39,6 +39,7 @@ class WorkerRecord:
     # Its realtime partition (workers/runtime/partition.py): "" (none), starting, ready or failed;
     # a failed one's reason follows a colon.
     realtime: str = ""
+    slots: int = 0  # the segments it runs at once (its pool's threads), for dispatch
 
     @property
     def ttl(self) -> int:
@@ -55,7 +56,8 @@ class WorkerRecord:
         data = orjson.loads(raw)
         return cls(id=data["id"], state=data["state"], queues=tuple(data["queues"]),
                    models=tuple(_model(m) for m in data["models"]), at=data["at"],
-                   reason=data.get("reason", ""), realtime=data.get("realtime", ""))
+                   reason=data.get("reason", ""), realtime=data.get("realtime", ""),
+                   slots=data.get("slots", 0))
 
 
 def _model(data: dict[str, Any]) -> ModelInfo:

@@ -75,8 +75,8 @@ class Job(Base):
     output_url: Mapped[str | None] = mapped_column(String(1024))
     webhook_url: Mapped[str | None] = mapped_column(String(2048))
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
-    # "high", "normal" or "low": the fair pick serves every high job's segments first
-    # (models/segments.py).
+    # "high", "normal" or "low": dispatch sends every high job's segments first
+    # (models/segments.py fair_job).
     priority: Mapped[str] = mapped_column(String(8), default="normal", server_default="normal")
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
@@ -110,9 +110,9 @@ class Segment(Base):
         UniqueConstraint("job_id", "index", name="uq_segments_job_id_index"),
         Index("ix_segments_status_heartbeat_at", "status", "heartbeat_at"),
         Index("ix_segments_worker", "worker"),  # the reaper's dead-worker sweeps
-        Index("ix_segments_job_pending", "job_id", "index",  # the fair pick
-              postgresql_where=sql_text("status = 'pending'"),
-              sqlite_where=sql_text("status = 'pending'")),
+        Index("ix_segments_job_waiting", "job_id", "index",  # dispatch: the next to send
+              postgresql_where=sql_text("status = 'pending' AND dispatched_at IS NULL"),
+              sqlite_where=sql_text("status = 'pending' AND dispatched_at IS NULL")),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
@@ -130,6 +130,8 @@ class Segment(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     heartbeat_at: Mapped[datetime | None] = mapped_column()
     worker: Mapped[str | None] = mapped_column(String(255))  # who holds it while running
+    # When its message went on the broker (workers/jobs/dispatch.py); None: still waiting.
+    dispatched_at: Mapped[datetime | None] = mapped_column()
     samples: Mapped[int | None] = mapped_column(Integer)
     duration_seconds: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)

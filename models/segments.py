@@ -55,48 +55,60 @@ def claimed(segment_id: uuid.UUID, worker: str, *returning: Any) -> Update:
             .returning(*returning))
 
 
-# The fair pick: which pending segment a free engine slot takes next.
+# Dispatch: which waiting segments go on the broker next (workers/jobs/dispatch.py).
 
 PRIORITY_RANK = case((Job.priority == "high", 0), (Job.priority == "low", 2), else_=1)
+# Given to the engines: running, or on the broker (dispatched) and not yet running.
+IN_FLIGHT = (Segment.status == RUNNING) | ((Segment.status == PENDING)
+                                           & Segment.dispatched_at.is_not(None))
 
 
 def fair_job(model: str) -> Select[uuid.UUID]:
-    """The job whose segment `model`'s next free engine slot runs: of the jobs in progress
-    with a pending segment, the highest priority; then the key (owner) running the fewest
-    segments now, so that keys share the engines equally; then, within it, the job running
-    the fewest, so that a key's jobs take turns; then the oldest.
-
-    A segment's broker message is a ticket for a slot, not for that segment: whichever
-    message a worker takes, it claims the segment this picks (pipeline.synthesize), and every
-    pending segment still has one message, so none is left without a slot."""
-    running = (select(Segment.job_id, func.count().label("n"))
-               .where(Segment.status == RUNNING).group_by(Segment.job_id).subquery())
+    """The job whose segment goes on `model`'s queue next: of the jobs in progress with a
+    segment not yet dispatched, the highest priority; then the key (owner) with the fewest
+    segments in flight, so that keys share the engines equally; then, within it, the job
+    with the fewest, so that a key's jobs take turns; then the oldest."""
+    by_job = (select(Segment.job_id, func.count().label("n"))
+              .where(IN_FLIGHT).group_by(Segment.job_id).subquery())
     by_owner = (select(Job.owner, func.count().label("n"))
                 .join(Segment, Segment.job_id == Job.id)
-                .where(Segment.status == RUNNING).group_by(Job.owner).subquery())
-    waiting = exists().where(Segment.job_id == Job.id, Segment.status == PENDING)
+                .where(IN_FLIGHT).group_by(Job.owner).subquery())
+    waiting = exists().where(Segment.job_id == Job.id, Segment.status == PENDING,
+                             Segment.dispatched_at.is_(None))
     return (select(Job.id)
-            .outerjoin(running, running.c.job_id == Job.id)
+            .outerjoin(by_job, by_job.c.job_id == Job.id)
             .outerjoin(by_owner, by_owner.c.owner == Job.owner)
             .where(Job.model == model, Job.status == JobStatus.in_progress, waiting)
             .order_by(PRIORITY_RANK, func.coalesce(by_owner.c.n, 0),
-                      func.coalesce(running.c.n, 0), Job.id)
+                      func.coalesce(by_job.c.n, 0), Job.id)
             .limit(1))
 
 
-def claimed_next(job_id: uuid.UUID, worker: str, *returning: Any) -> Update:
-    """The first pending segment of `job_id` → running by `worker`, one more attempt (as
-    `claimed`); on Postgres a segment another worker is claiming is skipped, not waited for."""
+def waiting_models() -> Select[str]:
+    """The models with segments of jobs in progress still waiting for dispatch."""
+    waiting = exists().where(Segment.job_id == Job.id, Segment.status == PENDING,
+                             Segment.dispatched_at.is_(None))
+    return select(Job.model).where(Job.status == JobStatus.in_progress, waiting).distinct()
+
+
+def queued(model: str) -> Select[int]:
+    """How many of `model`'s segments are on the broker and not yet running."""
+    return (select(func.count()).select_from(Segment).join(Job, Job.id == Segment.job_id)
+            .where(Job.model == model, Job.status == JobStatus.in_progress,
+                   Segment.status == PENDING, Segment.dispatched_at.is_not(None)))
+
+
+def dispatched(job_id: uuid.UUID, now: datetime) -> Update:
+    """The first waiting segment of `job_id` → dispatched (its message goes on the broker
+    after the commit); on Postgres one another dispatcher is taking is skipped. Returns its
+    id."""
     first = (select(Segment.id)
-             .where(Segment.job_id == job_id, Segment.status == PENDING)
+             .where(Segment.job_id == job_id, Segment.status == PENDING,
+                    Segment.dispatched_at.is_(None))
              .order_by(Segment.index).limit(1).with_for_update(skip_locked=True))
-    job_running = exists().where(Job.id == Segment.job_id, Job.status == JobStatus.in_progress)
     return (update(Segment)
-            .where(Segment.id == first.scalar_subquery(), Segment.status == PENDING,
-                   job_running)
-            .values(status=RUNNING, attempts=Segment.attempts + 1, heartbeat_at=utcnow(),
-                    worker=worker)
-            .returning(*returning))
+            .where(Segment.id == first.scalar_subquery(), Segment.dispatched_at.is_(None))
+            .values(dispatched_at=now).returning(Segment.id))
 
 
 def finished(segment_id: uuid.UUID, worker: str, samples: int, seconds: float,

@@ -169,20 +169,10 @@ def _processes(synthesizes: bool) -> int:
 
 
 def _threads(gpu: bool) -> int:
-    """A worker's default thread count (WORKER_THREADS unset).
-
-    On the GPU a thread per engine slot: a thread beyond the slots reserves a segment that
-    waits for one, which another worker could be running. With 1.5 threads a slot, two
-    workers split a 256-segment job 134 / 122 on two H100s, and the one job ran 1.52x one
-    worker's rate; over the engine double, 1.37x, and 1.79x with a thread a slot, for
-    1-2.5 % of one worker's rate. On Piper (and with no engine) a thread per core: each
-    segment runs on one core (workers/engines/piper.py).
-    """
-    from workers.book.parts import cores
+    """A worker's default thread count (workers/settings.py pool_threads)."""
     from workers.settings import get_settings
 
-    settings = get_settings()
-    return settings.worker_threads or (settings.vllm_max_in_flight if gpu else cores())
+    return get_settings().pool_threads(gpu)
 
 
 def _supervise_workers(queues: str, count: int, pool: str, threads: int, loglevel: str,

@@ -39,7 +39,7 @@ from storage import STORAGE_ERRORS
 from workers import speech
 from workers.app import celery_app
 from workers.book import alignment, progressive
-from workers.jobs import pipeline, reaper, webhooks
+from workers.jobs import dispatch, pipeline, reaper, webhooks
 from workers.runtime.process import Hooks, WorkerProcess
 from workers.runtime.warmup import WARM_UP_TEXT
 from workers.settings import get_settings
@@ -65,7 +65,7 @@ def _start_reaper() -> None:
     settings = get_settings()
     reaper.start(settings.reaper_interval_seconds, settings.segment_stale_seconds, _enqueue,
                  settings.segment_max_attempts, settings.retry_backoff_seconds,
-                 settings.worker_dead_seconds)
+                 settings.worker_dead_seconds, after=_dispatch_waiting)
 
 
 def _hand_back() -> None:
@@ -150,6 +150,33 @@ def assembler_live() -> bool:
     return live
 
 
+_targets: dict[str, tuple[float, int]] = {}  # model: (when read, target); replaced per key
+
+
+def _dispatch(model: str) -> None:
+    """Put the fairest waiting segments of `model` on its queue, as many as its workers have
+    slots (workers/jobs/dispatch.py; the registry is read at most every 2 s)."""
+    at, wanted = _targets.get(model, (0.0, 0))
+    if time.monotonic() - at > 2.0:
+        presence = worker.presence
+        registry = presence.registry if presence is not None else registry_for(get_settings())
+        try:
+            wanted = dispatch.target(model, registry.live())
+        except Exception:  # the registry is advisory: fall back to the floor
+            log.warning("dispatch.registry_unavailable", exc_info=True)
+            wanted = dispatch.FLOOR
+        _targets[model] = (time.monotonic(), wanted)
+    queue = model_queues(model)[1]
+    dispatch.dispatch(model, wanted,
+                      lambda segment: synthesize.apply_async((str(segment),), queue=queue))
+
+
+def _dispatch_waiting() -> None:
+    """Dispatch for every model with waiting segments (after each reaper pass)."""
+    for model in dispatch.waiting():
+        _dispatch(model)
+
+
 def _enqueue(task: str, item_id: str, model: str, countdown: float) -> None:
     """Send a task by name to the queue it belongs on (the reaper's re-enqueue)."""
     queue = model_queues(model)[1] if task == SYNTHESIZE else \
@@ -159,15 +186,15 @@ def _enqueue(task: str, item_id: str, model: str, countdown: float) -> None:
 
 @celery_app.task(name=PLAN)
 def plan(job_id: str) -> None:
-    """Plan a job and enqueue its segments."""
+    """Plan a job, then dispatch: its segments wait in the database, and as many as the
+    model's workers can start go on its queue, fairly among every key's jobs (dispatch.py)."""
     structlog.contextvars.bind_contextvars(job_id=job_id)
     model, ids = pipeline.plan(uuid.UUID(job_id))
     if ids == [uuid.UUID(job_id)]:
         assemble.apply_async((job_id,), queue=assembly_queue())
         return
-    queue = model_queues(model)[1]  # only workers serving the job's model take its segments
-    for segment_id in ids:
-        synthesize.apply_async((str(segment_id),), queue=queue)
+    if ids:
+        _dispatch(model)
 
 
 @celery_app.task(name=PLAN_MANY)
@@ -185,21 +212,26 @@ def plan_many(job_ids: list[str]) -> None:
 
 @celery_app.task(name=SYNTHESIZE, bind=True)
 def synthesize(self: Task[Any, Any], segment_id: str) -> None:
-    """Synthesise the fairest waiting segment of this message's model (the message is a ticket
-    for a slot: models.segments.fair_job); the last one of a job enqueues its assembly."""
+    """Synthesise one segment; the last one to finish enqueues assembly. Its slot is then
+    free: the fairest waiting segment of the worker's model goes on the queue."""
+    try:
+        _synthesize(self, segment_id)
+    finally:
+        _dispatch(catalog(get_settings())[0].id)
+
+
+def _synthesize(self: Task[Any, Any], segment_id: str) -> None:
     try:
         done = pipeline.synthesize(uuid.UUID(segment_id))
     except Exception as exc:
-        failed = exc.segment_id if isinstance(exc, pipeline.SegmentFailed) \
-            else uuid.UUID(segment_id)
-        log.exception("segment.failed", segment_id=str(failed))
+        log.exception("segment.failed", segment_id=segment_id)
         settings = get_settings()
         metrics.segment_failures.labels(catalog(settings)[0].id).inc()
-        if pipeline.release(failed, repr(exc), settings.segment_max_attempts):
+        if pipeline.release(uuid.UUID(segment_id), repr(exc), settings.segment_max_attempts):
             raise self.retry(countdown=backoff(self.request.retries + 1, 1.0, cap=64),
                              max_retries=None,
                              exc=exc) from exc
-        job = pipeline.job_of(failed)
+        job = pipeline.job_of(uuid.UUID(segment_id))
         if job is not None:
             notify.apply_async((str(job),), queue=BATCH)  # the job failed: tell its owner
         return
@@ -208,10 +240,10 @@ def synthesize(self: Task[Any, Any], segment_id: str) -> None:
     if done.checked and assembler_live():
         # Word times for its subtitles and the recognition check, on a CPU worker: sent
         # before the assembly, which does what is not done by then.
-        align_segment.apply_async((str(done.segment_id),), queue=ASSEMBLY)
+        align_segment.apply_async((segment_id,), queue=ASSEMBLY)
     if done.last:
         assemble.apply_async((str(done.job_id),), queue=assembly_queue())
-    elif assembler_live() and (ready := progressive.fragment_ready(done.segment_id)):
+    elif assembler_live() and (ready := progressive.fragment_ready(uuid.UUID(segment_id))):
         # Its fragment (MP3, AAC) can be encoded now, on a CPU worker, while the rest is made:
         # what is left after the last segment is then a join, not the whole book's encode.
         encode_fragment.apply_async((str(ready[0]), ready[1]), queue=ASSEMBLY)

@@ -122,26 +122,15 @@ class Synthesized:
     the job has its segments checked, aligned or heard back (read with the job, so the task
     asks nothing more)."""
 
-    segment_id: uuid.UUID
     job_id: uuid.UUID
     last: bool
     checked: bool
-
-
-class SegmentFailed(Exception):
-    """Synthesising the segment this worker claimed failed; `segment_id` names it (not the
-    message's segment: see models.segments.fair_job)."""
-
-    def __init__(self, segment_id: uuid.UUID, cause: Exception) -> None:
-        super().__init__(repr(cause))
-        self.segment_id = segment_id
 
 
 @dataclass
 class _Claim:
     """A segment this worker claimed: what to say, and what its job wants done with it."""
 
-    segment_id: uuid.UUID
     job_id: uuid.UUID
     index: int
     attempt: int
@@ -153,28 +142,17 @@ class _Claim:
     hears: bool
 
 
-def _claim(message: uuid.UUID, engine: Engine) -> _Claim | None:
-    """Claim the segment the fair pick gives this worker's free slot (a segment's message is
-    a ticket for a slot of its model: models.segments.fair_job) and build its request; None
-    when no segment of the model is waiting."""
+def _claim(segment_id: uuid.UUID, engine: Engine) -> _Claim | None:
+    """Claim a segment for this worker and build its request; None if another has it."""
     settings = get_settings()
     with session_scope() as session:
-        model = session.scalar(select(Job.model).join(Segment, Segment.job_id == Job.id)
-                               .where(Segment.id == message)) or engine.info.id
-        claimed = None
-        for _ in range(3):  # another worker may claim the picked job's last segment first
-            picked = session.scalar(segment_state.fair_job(model))
-            if picked is None:
-                break
-            claimed = session.execute(segment_state.claimed_next(
-                picked, worker_id(), Segment.id, Segment.job_id, Segment.index, Segment.text,
-                Segment.quality, Segment.chapter, Segment.speaker, Segment.overrides,
-                Segment.attempts)).first()
-            if claimed is not None:
-                break
+        claimed = session.execute(segment_state.claimed(
+            segment_id, worker_id(), Segment.job_id, Segment.index, Segment.text,
+            Segment.quality, Segment.chapter, Segment.speaker, Segment.overrides,
+            Segment.attempts)).first()
         if claimed is None:
             return None
-        segment_id, job_id, index, text, earlier, chapter, speaker, changed, attempt = claimed
+        job_id, index, text, earlier, chapter, speaker, changed, attempt = claimed
         structlog.contextvars.bind_contextvars(job_id=str(job_id), segment=index)
         # Not the book's text: only the planner reads it.
         job = session.get(Job, job_id, options=[defer(Job.chapters, raiseload=True)])
@@ -190,29 +168,20 @@ def _claim(message: uuid.UUID, engine: Engine) -> _Claim | None:
             task_type=job.options.get("task_type"), request_id=f"{job_id}-{index}",
         )
         return _Claim(
-            segment_id, job_id, index, attempt, request,
+            job_id, index, attempt, request,
             quality.seconds_per_char(engine.info.engine, job.audio_seconds, job.chars_done,
                                      job.speed),
             alignment.verify_record(job, earlier, engine.info.engine),
             alignment.checked(job), alignment.wanted(job), alignment.verifies(job))
 
 
-def synthesize(message: uuid.UUID, engine: Engine | None = None) -> Synthesized | None:
-    """Claim the fairest waiting segment of `message`'s model and synthesise it; None if
-    there was none, or this worker did not finish it. A failure after the claim raises
-    SegmentFailed, naming the segment."""
+def synthesize(segment_id: uuid.UUID, engine: Engine | None = None) -> Synthesized | None:
+    """Claim and synthesise one segment; None if this worker did not finish it."""
     engine = engine or get_engine()
-    claim = _claim(message, engine)
+    claim = _claim(segment_id, engine)
     if claim is None:
         return None
-    try:
-        return _synthesize(claim, engine)
-    except Exception as exc:
-        raise SegmentFailed(claim.segment_id, exc) from exc
-
-
-def _synthesize(claim: _Claim, engine: Engine) -> Synthesized | None:
-    segment_id, job_id, index, checked = claim.segment_id, claim.job_id, claim.index, claim.checked
+    job_id, index, checked = claim.job_id, claim.index, claim.checked
     with holding(segment_id):  # its heartbeat stays fresh while this worker works on it
         started = time.monotonic()
         audio, words, runs, flag = quality.guarded(engine, claim.request, claim.rate,
@@ -249,8 +218,7 @@ def _synthesize(claim: _Claim, engine: Engine) -> Synthesized | None:
     # and the bookkeeping after it; bench.gpu_product reads these from the worker's log.
     log.info("segment.done", seconds=round(seconds, 3), engine_s=round(synthesized - started, 3),
              write_s=round(written - synthesized, 3), db_s=round(time.monotonic() - written, 3))
-    return Synthesized(segment_id, job_id, done >= total and status == JobStatus.in_progress,
-                       checked)
+    return Synthesized(job_id, done >= total and status == JobStatus.in_progress, checked)
 
 
 def release(segment_id: uuid.UUID, error: str, max_attempts: int) -> bool:

@@ -6,8 +6,9 @@ harmless, and a segment that is re-enqueued twice is still claimed once.
   is re-enqueued after a backoff that doubles with each attempt; once it has used up
   SEGMENT_MAX_ATTEMPTS (a segment that kills its worker every time), it fails, and so does
   its job, whose owner is told.
-- Pending segments of a running job that nobody has touched for a while are re-enqueued
-  (their messages may have been lost with a broker restart).
+- Dispatched segments of a running job that nobody has touched for a while are re-enqueued
+  (their messages may have been lost with a broker restart); those not yet dispatched wait
+  for dispatch (workers/jobs/dispatch.py), which runs after every pass.
 - A `queued` job that was never planned gets its plan again; a job whose segments are all
   done but that is not completed gets its assembly again.
 - A completed job past its `expires_at` (RESULT_TTL_HOURS) loses its media and is marked
@@ -96,8 +97,8 @@ def requeue_orphans(session: Session, p: Pass) -> list[Task]:
     running = select(Job.id).where(Job.status == JobStatus.in_progress)
     rows = session.execute(segment_state.orphans_freed(
         (Segment.worker.is_not(None) & Segment.worker.not_in(live))
-        | (Segment.worker.is_(None) & Segment.job_id.in_(touched)
-           & Segment.job_id.in_(running)), p.now)).all()
+        | (Segment.worker.is_(None) & Segment.dispatched_at.is_not(None)
+           & Segment.job_id.in_(touched) & Segment.job_id.in_(running)), p.now)).all()
     models = _models(session, {job_id for _, job_id in rows})
     return [(SYNTHESIZE, str(segment_id), models[job_id], 0.0) for segment_id, job_id in rows]
 
@@ -114,6 +115,7 @@ def requeue_forgotten(session: Session, p: Pass) -> list[Task]:
     forgotten = session.execute(
         select(Segment.id, Job.model).join(Job, Job.id == Segment.job_id)
         .where(Segment.status == SegmentStatus.pending, Job.status == JobStatus.in_progress,
+               Segment.dispatched_at.is_not(None),  # the others wait for dispatch
                Job.updated_at < p.stale,
                (Segment.heartbeat_at.is_(None)) | (Segment.heartbeat_at < p.stale))
         .limit(10_000)).all()
@@ -188,14 +190,18 @@ def reap(stale_seconds: float, enqueue: Enqueue, max_attempts: int = 3,
 
 
 def start(interval: float, stale_seconds: float, enqueue: Enqueue, max_attempts: int = 3,
-          backoff_seconds: float = 5.0, dead_seconds: float = 20.0) -> threading.Event:
-    """Run the reaper every `interval` seconds in a daemon thread; set the event to stop."""
+          backoff_seconds: float = 5.0, dead_seconds: float = 20.0,
+          after: Callable[[], None] | None = None) -> threading.Event:
+    """Run the reaper every `interval` seconds in a daemon thread, then `after` (dispatch);
+    set the event to stop."""
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.wait(interval):
             try:
                 reap(stale_seconds, enqueue, max_attempts, backoff_seconds, dead_seconds)
+                if after is not None:
+                    after()
             except Exception:  # a database blip must not kill the thread
                 log.warning("reaper.failed", exc_info=True)
 

@@ -28,6 +28,8 @@ class Presence:
                                         for q in self.queues)
         self.models = tuple(m for m in catalog(settings) if not self.queues
                             or set(model_queues(m.id)) & set(self.queues)) if serves else ()
+        gpu = settings.engine == "vllm-omni"
+        self.slots = settings.pool_threads(gpu) if self.models else 0
         self.state = "warming"
         self.reason = ""
         self.id = worker_id()
@@ -38,7 +40,8 @@ class Presence:
             realtime = partition()
             self.registry.publish(WorkerRecord(self.id, self.state, self.queues, self.models,
                                                time.time(), self.reason,
-                                               realtime.status if realtime else ""))
+                                               realtime.status if realtime else "",
+                                               self.slots))
         except Exception:  # the registry is advisory: never let it stop the worker
             log.warning("worker.registry_failed", worker=self.id, exc_info=True)
 

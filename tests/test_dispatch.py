@@ -1,0 +1,178 @@
+"""Dispatch (workers/jobs/dispatch.py): which waiting segments go on the broker, in what
+order, on SQLite and on Postgres, with several dispatchers at once."""
+
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, insert, select, update
+
+import workers.settings
+from core.catalog import ModelInfo
+from core.registry import WorkerRecord
+from models import Job, Segment
+from models.base import utcnow, uuid7
+from models.db import sql_engine_for
+from workers.jobs import dispatch, reaper
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
+    """The database dispatch runs on, as the workers' settings name it."""
+    from migrations import upgrade
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/narrator.db"
+        upgrade(url)
+    else:
+        url = request.getfixturevalue("database_url")
+    monkeypatch.setenv("NARRATOR_DATABASE_URL", url)
+    import models.settings
+
+    models.settings.get_settings.cache_clear()
+    workers.settings.get_settings.cache_clear()
+    models.db.reset_sessionmaker()
+    engine = sql_engine_for(url)
+    yield engine
+    engine.dispose()
+    models.db.reset_sessionmaker()
+    models.settings.get_settings.cache_clear()
+    workers.settings.get_settings.cache_clear()
+
+
+def _job(engine: Engine, model: str, owner: str, segments: int,
+         priority: str = "normal") -> uuid.UUID:
+    """A job in progress with `segments` segments waiting for dispatch."""
+    job_id, now = uuid7(), utcnow()
+    with engine.begin() as connection:
+        connection.execute(insert(Job.metadata.tables["jobs"]).values(
+            id=job_id, owner=owner, status="in_progress", model=model, voice="joe",
+            response_format="wav", speed=1.0, options={}, chapters=[], metadata={},
+            priority=priority, input_characters=5 * segments, segments_total=segments,
+            segments_done=0, segments_failed=0, audio_seconds=0.0, created_at=now,
+            updated_at=now, chars_done=0))
+        connection.execute(insert(Segment.metadata.tables["segments"]), [
+            {"id": uuid7(), "job_id": job_id, "index": n, "chapter": 0, "text": "Hello.",
+             "pause_after": 0.0, "status": "pending", "attempts": 0}
+            for n in range(segments)])
+    return job_id
+
+
+def _owners(engine: Engine, sent: list[uuid.UUID]) -> list[uuid.UUID]:
+    with engine.connect() as connection:
+        jobs = dict(connection.execute(select(Segment.id, Segment.job_id)
+                                       .where(Segment.id.in_(sent))).all())
+    return [jobs[s] for s in sent]
+
+
+def _run(engine: Engine, model: str, slots: int, rounds: int) -> list[uuid.UUID]:
+    """Keep `slots` segments dispatched; each round the oldest dispatched one is done and
+    dispatch refills, as a worker's finished segment does. Return the jobs in the order
+    their segments were sent."""
+    sent: list[uuid.UUID] = []
+    dispatch.dispatch(model, slots, sent.append)
+    for n in range(rounds):
+        if n >= len(sent):
+            break
+        with engine.begin() as connection:
+            connection.execute(update(Segment).where(Segment.id == sent[n])
+                               .values(status="done"))
+        dispatch.dispatch(model, slots, sent.append)
+    return _owners(engine, sent)
+
+
+def test_a_small_job_of_another_key_goes_out_before_the_rest_of_a_book(
+        database: Engine) -> None:
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    book = _job(database, model, "alice", 40)
+    order = _run(database, model, 2, 2)  # the book alone fills the queue
+    assert order == [book] * 4
+    small = _job(database, model, "bob", 3)
+    order = _run(database, model, 0, 0)  # nothing more sent without a free slot
+    assert order == []
+    sent: list[uuid.UUID] = []
+    for _ in range(6):  # six more slots free, one at a time
+        with database.begin() as connection:
+            running = connection.scalars(
+                select(Segment.id).where(Segment.status == "pending",
+                                         Segment.dispatched_at.is_not(None))
+                .order_by(Segment.dispatched_at, Segment.id).limit(1)).one()
+            connection.execute(update(Segment).where(Segment.id == running)
+                               .values(status="done"))
+        dispatch.dispatch(model, 2, sent.append)
+    jobs = _owners(database, sent)
+    # Bob's three segments go out in the first free slots, taking turns with Alice's book
+    # (one slot each), not after its 36 waiting segments.
+    assert [n for n, job in enumerate(jobs) if job == small] == [0, 2, 4]
+    assert jobs[1] == jobs[3] == jobs[5] == book
+
+
+def test_a_keys_jobs_take_turns_and_priorities_come_first(database: Engine) -> None:
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    first = _job(database, model, "alice", 4)
+    second = _job(database, model, "alice", 4)
+    bulk = _job(database, model, "carol", 4, priority="low")
+    urgent = _job(database, model, "dave", 2, priority="high")
+    sent: list[uuid.UUID] = []
+    dispatch.dispatch(model, 14, sent.append)
+    order = _owners(database, sent)
+    assert order[:2] == [urgent, urgent]  # high before everything waiting
+    assert order[-4:] == [bulk] * 4  # low after every normal job
+    assert order[2:10].count(first) == order[2:10].count(second) == 4
+    assert order[2:6] == [first, second, first, second]  # one key's jobs take turns
+
+
+def test_dispatchers_at_once_send_each_segment_once(database: Engine) -> None:
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    jobs = [_job(database, model, f"key-{n % 3}", 15) for n in range(6)]
+    sent: list[uuid.UUID] = []
+    lock = threading.Lock()
+
+    def send(segment: uuid.UUID) -> None:
+        with lock:
+            sent.append(segment)
+
+    def dispatcher() -> None:
+        for _ in range(30):
+            dispatch.dispatch(model, 90, send)
+
+    threads = [threading.Thread(target=dispatcher) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(sent) == len(set(sent)) == 90  # every segment once, none twice
+    assert set(_owners(database, sent)) == set(jobs)
+
+
+def test_the_queue_holds_what_the_models_workers_can_start() -> None:
+    piper = ModelInfo("piper", "piper", 22050, ("en",), ())
+    other = ModelInfo("other", "piper", 22050, ("en",), ())
+
+    def record(name: str, state: str, slots: int, *served: ModelInfo) -> WorkerRecord:
+        return WorkerRecord(name, state, (), served, 0.0, slots=slots)
+
+    live = [record("a", "ready", 64, piper), record("b", "warming", 2, piper),
+            record("c", "failed", 64, piper), record("d", "ready", 8, other),
+            record("e", "ready", 8)]  # an assembly worker serves no model
+    assert dispatch.target("piper", live) == 66
+    assert dispatch.target("nobody", live) == dispatch.FLOOR
+
+
+def test_the_reaper_leaves_waiting_segments_to_dispatch(database: Engine) -> None:
+    """Segments not yet dispatched are not forgotten ones: re-enqueuing them would undo the
+    fair order; dispatched ones whose message may be lost are sent again."""
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    job = _job(database, model, "alice", 5)
+    sent: list[uuid.UUID] = []
+    dispatch.dispatch(model, 2, sent.append)
+    long_ago = utcnow() - timedelta(hours=1)
+    with database.begin() as connection:
+        connection.execute(update(Job).where(Job.id == job).values(updated_at=long_ago))
+    again: list[tuple[str, str, str, float]] = []
+    reaper.reap(60, lambda *task: again.append(task))
+    assert {uuid.UUID(item) for _, item, of, _ in again if of == model} == set(sent)
