@@ -91,6 +91,15 @@ def waiting_models() -> Select[str]:
     return select(Job.model).where(Job.status == JobStatus.in_progress, waiting).distinct()
 
 
+def waiting_counts() -> Select[str, str, str, int]:
+    """Segments waiting for dispatch, by model, owner and priority (/metrics)."""
+    return (select(Job.model, Job.owner, Job.priority, func.count())
+            .join(Segment, Segment.job_id == Job.id)
+            .where(Job.status == JobStatus.in_progress, Segment.status == PENDING,
+                   Segment.dispatched_at.is_(None))
+            .group_by(Job.model, Job.owner, Job.priority))
+
+
 def queued(model: str) -> Select[int]:
     """How many of `model`'s segments are on the broker and not yet running."""
     return (select(func.count()).select_from(Segment).join(Job, Job.id == Segment.job_id)

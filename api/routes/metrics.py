@@ -12,7 +12,9 @@ from sqlalchemy import func, select
 from api.state import StateDep, metrics_access
 from core import metrics
 from core.broker import queue_depths
+from core.queues import model_queues
 from models import Job, JobStatus
+from models import segments as segment_state
 
 router = APIRouter()
 
@@ -38,11 +40,23 @@ async def prometheus(state: StateDep) -> Response:
     for status in JobStatus:
         jobs.add_metric([status.value], counts.get(status, 0))
     families.append(jobs)
-    depth = GaugeMetricFamily("narrator_queue_depth", "Messages waiting in each queue",
-                              labels=["queue"])
-    for queue, waiting in (await anyio.to_thread.run_sync(queue_depths,
-                                                          state.settings)).items():
-        depth.add_metric([queue], waiting)
+    async with state.sessions() as session:
+        waiting = (await session.execute(segment_state.waiting_counts())).tuples().all()
+    held = GaugeMetricFamily("narrator_segments_waiting", "Segments of jobs in progress "
+                             "waiting for dispatch, by model, key and priority",
+                             labels=["model", "key", "priority"])
+    by_queue: dict[str, int] = {}
+    for model, owner, priority, count in waiting:
+        held.add_metric([model, owner[:8], priority], count)
+        queue = model_queues(model)[1]
+        by_queue[queue] = by_queue.get(queue, 0) + count
+    families.append(held)
+    depth = GaugeMetricFamily("narrator_queue_depth", "Work waiting in each queue: its "
+                              "messages, and for a model's batch queue the segments waiting "
+                              "for dispatch (what autoscaling should see)", labels=["queue"])
+    depths = await anyio.to_thread.run_sync(queue_depths, state.settings)
+    for queue in sorted(set(depths) | set(by_queue)):
+        depth.add_metric([queue], depths.get(queue, 0) + by_queue.get(queue, 0))
     families.append(depth)
     workers = GaugeMetricFamily("narrator_workers", "Live workers by model and state "
                                 "(warming, ready: warm and taking work, failed)",
