@@ -122,6 +122,8 @@ def submit(file: Annotated[Path, typer.Argument(help="plain text, Markdown (.md:
                help="comma-separated: srt, vtt, words (a JSON word track)")] = "",
            cast: Annotated[list[str] | None, typer.Option(
                help="NAME=VOICE: [voice:NAME] marks speak in VOICE (repeat for more)")] = None,
+           priority: Annotated[str, typer.Option(
+               help="high, normal or low: which waiting work the engines take first")] = "",
            url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = "") -> None:
     """Submit FILE as a job; with --wait, follow it and download the audio."""
     _readable(file, text=file.suffix.lower() != ".epub")
@@ -131,7 +133,7 @@ def submit(file: Annotated[Path, typer.Argument(help="plain text, Markdown (.md:
     if subtitles:
         fields["subtitles"] = [kind.strip() for kind in subtitles.split(",") if kind.strip()]
     fields |= {k: v for k, v in (("voice", voice), ("lexicons", lexicon),
-                                 ("mastering", mastering)) if v}
+                                 ("mastering", mastering), ("priority", priority)) if v}
     pairs = [entry.partition("=") for entry in cast or []]
     if any(not name.strip() or not sep or not voice_id.strip() for name, sep, voice_id in pairs):
         raise typer.BadParameter("give --cast as NAME=VOICE", param_hint="--cast")

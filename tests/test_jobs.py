@@ -390,3 +390,18 @@ def test_mp3_fragments_are_encoded_by_the_worker_while_the_job_runs(local_stack:
     segments = len(manifest["segments"])
     assert segments >= 3
     assert len(mine) >= segments - 1  # every fragment but (perhaps) the last, ahead of time
+
+
+def test_a_job_gets_only_a_priority_its_key_may_ask_for(local_stack: Stack, db: Engine) -> None:
+    """NARRATOR_JOB_PRIORITIES (default normal,low): `high` is refused and nothing stored;
+    `low` is kept, shown, and still runs."""
+    with local_stack.client() as http:
+        before = count_jobs(db)
+        high = http.post("/v1/audio/jobs", json={"input": "Me first.", "priority": "high"})
+        assert high.status_code == 403
+        assert error_of(high)["code"] == "priority_not_allowed"
+        assert count_jobs(db) == before
+        low = http.post("/v1/audio/jobs", json={"input": "Whenever.", "priority": "low"})
+        assert low.status_code == 202
+        assert low.json()["priority"] == "low"
+        assert wait_job(http, low.json()["id"])["status"] == "completed"
