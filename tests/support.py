@@ -253,11 +253,12 @@ def insert_job(db: Any, texts: list[str], fmt: str = "wav",
                options: dict[str, Any] | None = None) -> Any:
     """Insert a queued job of `texts` (one chapter each) as the API stores it; return its id."""
     import json
-    import uuid
 
     from sqlalchemy import text
 
-    job_id = uuid.uuid4()
+    from models.base import uuid7
+
+    job_id = uuid7()  # time-ordered like the API's: lists stay newest first
     chapters = [{"title": f"Chapter {n + 1}", "input": t} for n, t in enumerate(texts)]
     with db.begin() as connection:
         connection.execute(text(

@@ -1,12 +1,12 @@
 """A dependency that is down gives a 503 with Retry-After, never a 500, and stores nothing."""
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
 
+from models.base import uuid7
 from tests.conftest import base_env, count_jobs, error_of
 from tests.support import Stack, free_port, start_stack
 
@@ -72,7 +72,7 @@ def test_storage_down_is_a_503_that_names_storage(tmp_path: Path, database_url: 
         "NARRATOR_S3_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
         "NARRATOR_S3_ACCESS_KEY_ID": "key", "NARRATOR_S3_SECRET_ACCESS_KEY": "secret"}
     stack = start_stack(tmp_path, env, worker=False)
-    job_id = uuid.uuid4()
+    job_id = uuid7()
     with db.begin() as connection:  # a completed job whose media sits in that store
         connection.execute(text(
             "INSERT INTO jobs (id, owner, status, model, voice, response_format, speed, options,"

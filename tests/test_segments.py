@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from models import Job, Segment, SegmentEvent
 from models import segments as segment_state
-from models.base import utcnow
+from models.base import utcnow, uuid7
 from models.db import sql_engine_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]
 
 def _pending_segment(engine: Engine) -> uuid.UUID:
     """A job in progress with one pending segment; return the segment's id."""
-    job_id, segment_id, now = uuid.uuid4(), uuid.uuid4(), utcnow()
+    job_id, segment_id, now = uuid7(), uuid7(), utcnow()
     with engine.begin() as connection:
         connection.execute(insert(Job.metadata.tables["jobs"]).values(
             id=job_id, owner="", status="in_progress", model="piper", voice="joe",
