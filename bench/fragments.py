@@ -171,7 +171,7 @@ def _in_encode(stack: str) -> bool:
 def main() -> None:
     """Run the harness and print its table."""
     from core import logs
-    from workers.book.parts import cores
+    from workers.settings import cores
 
     logs.configure("WARNING")  # not a line per fragment
 

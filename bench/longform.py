@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from bench.common import busiest_threads, save, served, table, thread_cpu
-from workers.book.parts import cores
+from workers.settings import cores
 
 PARAGRAPHS = [
     "The ferry left the harbour at dawn, and the gulls followed it out past the breakwater. "

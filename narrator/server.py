@@ -111,8 +111,7 @@ def worker(
     from core.catalog import catalog
     from core.queues import BATCH, REALTIME, split_queues, worker_queues
     from workers.app import celery_app
-    from workers.book.parts import cores
-    from workers.settings import get_settings
+    from workers.settings import cores, get_settings
 
     settings = get_settings()
     # GPU workers leave assembly to CPU workers while any run (workers.tasks.assembly_queue).
@@ -162,8 +161,7 @@ def _processes(synthesizes: bool) -> int:
     7-15 ms of its 100-150 ms of CPU (bench.fragments; docs/deployment.md, One host, several
     GPUs). More cores, more processes; an engine stays in one.
     """
-    from workers.book.parts import cores
-    from workers.settings import get_settings
+    from workers.settings import cores, get_settings
 
     return 1 if synthesizes else max(1, cores() // get_settings().assembly_cores_per_process)
 

@@ -121,12 +121,12 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str,
                  cores: int = 4) -> list[str]:
     """Return the Celery argv `narrator worker` builds for `engine` and `queues` on a host
     of `cores` cores; with several processes, ["supervise", processes, threads]."""
+    import workers.settings
     from narrator import server
     from workers.app import celery_app
-    from workers.book import parts
     from workers.settings import get_settings
 
-    monkeypatch.setattr(parts, "cores", lambda: cores)
+    monkeypatch.setattr(workers.settings, "cores", lambda: cores)
     monkeypatch.setattr(server, "_supervise_workers", lambda _queues, count, _pool, threads, *_: (
         argv.extend(["supervise", count, threads])))
     monkeypatch.setenv("NARRATOR_ENGINE", engine)

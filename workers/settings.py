@@ -1,5 +1,6 @@
 """Worker settings: the core groups plus those only Celery workers read."""
 
+import os
 from functools import lru_cache
 
 from pydantic_settings import BaseSettings
@@ -230,14 +231,19 @@ class WorkerSettings(CoreSettings, SynthesisSettings, AssemblySettings, Alignmen
         slot, for 1-2.5 % of one worker's rate. On Piper (and with no engine) a thread per
         core: each segment runs on one core (workers/engines/piper.py).
         """
-        from workers.book.parts import cores
-
         return self.worker_threads or (self.vllm_max_in_flight if gpu else cores())
 
     @property
     def sync_piece_limit(self) -> int:
         """Return how many pieces a sync request is spoken in at most."""
         return self.sync_pieces or (1 if self.engine == "piper" else 4)
+
+
+def cores() -> int:
+    """Return the cores this process may run on (its affinity, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 @lru_cache

@@ -31,8 +31,7 @@ from storage import MediaStore, store_for
 from workers.aligners import Aligner, Word, placed, words_of
 from workers.aligners.pool import PooledAligner
 from workers.book import parts
-from workers.book.parts import cores
-from workers.settings import get_settings
+from workers.settings import cores, get_settings
 
 if TYPE_CHECKING:
     from workers.aligners import Recognizer

@@ -36,6 +36,7 @@ from workers.book.timeline import (
     subtitles,
     word_track,
 )
+from workers.settings import cores
 
 log = structlog.get_logger()
 Kept = Callable[[list[Segment], Segment | None], fragments.Encoded | None]
@@ -262,7 +263,7 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
         return kept_fragment(store, fragments.group_key(job.id, group, following, lufs, rate, fmt))
 
     chapters, size, measured = _audio_files(job, segments, spans, timeline, finished, kept,
-                                            store, target, threads or parts.cores())
+                                            store, target, threads or cores())
     if measured is not None:
         checks = (checks or {}) | {"mastering": measured}
     subtitle_keys, timing = _subtitle_files(job, segments, timeline, words, normalized, target)

@@ -2,7 +2,6 @@
 fades, mastering) for assembly, in order, on a pool of threads."""
 
 import io
-import os
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -69,13 +68,6 @@ def finish(segment: Segment, store: MediaStore, part_key: Callable[[Segment], st
     elif lufs:
         audio = loudness_normalize(audio, rate, lufs)
     return fade_edges(np.asarray(audio, dtype=np.float32), rate)
-
-
-def cores() -> int:
-    """Return the cores this process may run on (its affinity, where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def ordered(fn: Callable[[T], R], items: Sequence[T], threads: int) -> Generator[R]:
