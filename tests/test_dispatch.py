@@ -97,9 +97,10 @@ def test_a_small_job_of_another_key_goes_out_before_the_rest_of_a_book(
     sent: list[uuid.UUID] = []
     for _ in range(6):  # six more slots free, one at a time
         with database.begin() as connection:
-            running = connection.scalars(
-                select(Segment.id).where(Segment.status == "pending",
-                                         Segment.dispatched_at.is_not(None))
+            running = connection.scalars(  # this model's: the database may hold others'
+                select(Segment.id).join(Job, Job.id == Segment.job_id)
+                .where(Job.model == model, Segment.status == "pending",
+                       Segment.dispatched_at.is_not(None))
                 .order_by(Segment.dispatched_at, Segment.id).limit(1)).one()
             connection.execute(update(Segment).where(Segment.id == running)
                                .values(status="done"))
