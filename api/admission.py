@@ -20,7 +20,7 @@ from api.errors import ApiError, Json
 from api.owned import named_lexicons, render_job, uploaded_voices
 from api.quota import reserve
 from api.schemas import JobBody
-from api.state import State
+from api.state import KeyPolicy, State
 from api.validation import resolve
 from core.catalog import ModelInfo
 from core.keys import cover_key
@@ -50,6 +50,7 @@ class Shared:
     owner: str
     models: tuple[ModelInfo, ...]
     own: Any
+    key: KeyPolicy
     lexicons: dict[tuple[str, tuple[str, ...]], tuple[list[str], list[dict[str, Any]]]] = \
         field(default_factory=dict)
     webhooks: set[str] = field(default_factory=set)
@@ -57,16 +58,18 @@ class Shared:
     @classmethod
     async def load(cls, state: State, session: Any, owner: str) -> "Shared":
         models = await state.catalogue.models()
-        return cls(state, session, owner, models, await uploaded_voices(session, owner, models))
+        return cls(state, session, owner, models, await uploaded_voices(session, owner, models),
+                   await state.keys.policy(owner))
 
 
 async def job_values(body: JobBody, shared: Shared, idempotency_key: str | None, digest: str,
                      cover_kind: str | None) -> dict[str, Any]:
     """Check one job body (a 400 for what is wrong) and return its row, not yet stored."""
     settings = shared.state.settings
-    if body.priority not in settings.allowed_priorities:
+    allowed = shared.key.priorities or settings.allowed_priorities
+    if body.priority not in allowed:
         raise ApiError(403, f"priority: '{body.priority}' is not allowed for this key (allowed: "
-                       f"{', '.join(sorted(settings.allowed_priorities))})",
+                       f"{', '.join(sorted(allowed))})",
                        type="permission_error", param="priority", code="priority_not_allowed")
     model, voice = resolve(body, shared.models, shared.own)
     chapters, voices = await text_of(body, model, shared.own, settings)
@@ -93,7 +96,7 @@ async def job_values(body: JobBody, shared: Shared, idempotency_key: str | None,
     now = utcnow()
     return {
         "id": key, "owner": shared.owner, "status": JobStatus.queued, "model": model.id,
-        "priority": body.priority,
+        "priority": body.priority, "weight": shared.key.weight,
         "voice": voice.id, "response_format": body.response_format, "speed": body.speed,
         "options": options, "chapters": chapters, "output_url": output_url,
         "webhook_url": body.webhook_url, "meta": body.metadata,

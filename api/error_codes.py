@@ -39,7 +39,7 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "missing_api_key": (401, "The server has API keys and the request sent none."),
     "invalid_api_key": (401, "The key sent is not one of the server's."),
     "priority_not_allowed": (403, "The job asks for a priority this server does not allow "
-                             "(`NARRATOR_JOB_PRIORITIES`)."),
+                             "its key (`NARRATOR_JOB_PRIORITIES`, or the key's own)."),
     "cross_site_request": (403, "A browser form from another site posted to the API."),
     "not_found": (404, "Nothing of that id exists for this key."),
     "job_not_completed": (409, "The job's audio is asked for before it completed."),

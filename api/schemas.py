@@ -140,8 +140,8 @@ class JobBody(SpeechFields, StorableBody):
     priority: Literal["high", "normal", "low"] = "normal"
     """Which waiting work runs first on the engines: every `high` job's segments, then
     `normal`, then `low` (bulk back-catalogue); within a priority the keys share the engines
-    equally and a key's jobs take turns. The priorities a key may ask for:
-    `NARRATOR_JOB_PRIORITIES`."""
+    by weight (equally by default) and a key's jobs take turns. The priorities a key may ask
+    for: `NARRATOR_JOB_PRIORITIES`, or the key's own (`narrator keys set`)."""
     input_format: Literal["text", "markdown"] = "text"
     """`markdown`: level-1 and level-2 headings of `input` become chapters; markup and fenced
     code are not read."""

@@ -15,14 +15,30 @@ from api.errors import ApiError
 from api.limits import RateLimiter
 from api.settings import ApiSettings
 from core.channel import Channel
-from models.api_key import ApiKey, digest, owner_of
+from models.api_key import ApiKey, digest, owner_of, owner_of_digest
 from storage import MediaStore
+
+
+@dataclass(frozen=True)
+class KeyPolicy:
+    """What a key's jobs get: a share of the engines, and the priorities it may ask for."""
+
+    weight: int = 1
+    priorities: frozenset[str] | None = None  # None: the server's JOB_PRIORITIES
+
+    @classmethod
+    def of(cls, weight: int, priorities: str | None) -> "KeyPolicy":
+        return cls(max(1, weight), None if priorities is None else
+                   frozenset(p.strip() for p in priorities.split(",") if p.strip()))
+
+
+DEFAULT_POLICY = KeyPolicy()
 
 
 class KeyTable:
     """The api_keys table, as the API reads it: answers cached for a few seconds.
 
-    A key created or revoked with `narrator keys` takes effect within TTL seconds.
+    A key created, changed or revoked with `narrator keys` takes effect within TTL seconds.
     """
 
     TTL = 5.0
@@ -30,7 +46,8 @@ class KeyTable:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
         self._any: tuple[float, bool] = (0.0, False)
-        self._known: dict[str, tuple[float, bool]] = {}
+        self._known: dict[str, tuple[float, KeyPolicy | None]] = {}
+        self._digests: dict[str, str] = {}  # owner id: the digest it was cut from
 
     async def in_use(self) -> bool:
         """Say whether the table holds any key, revoked or not (then the API is closed)."""
@@ -43,15 +60,28 @@ class KeyTable:
 
     async def valid(self, digest: str) -> bool:
         """Say whether a key with this digest exists and is not revoked."""
-        checked, ok = self._known.get(digest, (0.0, False))
+        return await self._policy(digest) is not None
+
+    async def policy(self, owner: str) -> KeyPolicy:
+        """The policy of the stored key whose jobs carry `owner` (models.api_key.owner_of);
+        the defaults for a NARRATOR_API_KEYS key and an open API."""
+        found = self._digests.get(owner)
+        return (await self._policy(found) if found else None) or DEFAULT_POLICY
+
+    async def _policy(self, digest: str) -> KeyPolicy | None:
+        checked, policy = self._known.get(digest, (0.0, None))
         if time.monotonic() - checked > self.TTL:
             async with self._sessions() as session:
-                ok = await session.scalar(select(ApiKey.id).where(
-                    ApiKey.digest == digest, ApiKey.revoked_at.is_(None))) is not None
+                row = (await session.execute(
+                    select(ApiKey.weight, ApiKey.priorities).where(
+                        ApiKey.digest == digest, ApiKey.revoked_at.is_(None)))).first()
+            policy = None if row is None else KeyPolicy.of(*row)
             if len(self._known) > 10_000:
                 self._known.clear()
-            self._known[digest] = (time.monotonic(), ok)
-        return ok
+                self._digests.clear()
+            self._known[digest] = (time.monotonic(), policy)
+            self._digests[owner_of_digest(digest)] = digest
+        return policy
 
 
 @dataclass

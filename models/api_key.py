@@ -5,7 +5,7 @@ import secrets
 import uuid
 from datetime import datetime
 
-from sqlalchemy import String
+from sqlalchemy import Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from models.base import Base, utcnow, uuid7
@@ -25,7 +25,12 @@ def digest(key: str) -> str:
 
 def owner_of(key: str) -> str:
     """Return the owner id a key's jobs carry: the same for table and NARRATOR_API_KEYS keys."""
-    return digest(key)[:32]
+    return owner_of_digest(digest(key))
+
+
+def owner_of_digest(key_digest: str) -> str:
+    """Return the owner id of the key with this digest."""
+    return key_digest[:32]
 
 
 class ApiKey(Base):
@@ -39,3 +44,7 @@ class ApiKey(Base):
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Its share of the engines against other keys' (fair share: 2 gets twice a 1's slots).
+    weight: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # The job priorities it may ask for, comma-separated; None: JOB_PRIORITIES.
+    priorities: Mapped[str | None] = mapped_column(String(32), default=None)

@@ -78,6 +78,8 @@ class Job(Base):
     # "high", "normal" or "low": dispatch sends every high job's segments first
     # (models/segments.py fair_job).
     priority: Mapped[str] = mapped_column(String(8), default="normal", server_default="normal")
+    # Its key's share of the engines when it was submitted (models.api_key.ApiKey.weight).
+    weight: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
     input_characters: Mapped[int] = mapped_column(Integer, default=0)

@@ -19,9 +19,11 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Delete,
+    Float,
     Select,
     Update,
     case,
+    cast,
     delete,
     exists,
     func,
@@ -66,8 +68,9 @@ IN_FLIGHT = (Segment.status == RUNNING) | ((Segment.status == PENDING)
 def fair_job(model: str) -> Select[uuid.UUID]:
     """The job whose segment goes on `model`'s queue next: of the jobs in progress with a
     segment not yet dispatched, the highest priority; then the key (owner) with the fewest
-    segments in flight, so that keys share the engines equally; then, within it, the job
-    with the fewest, so that a key's jobs take turns; then the oldest."""
+    segments in flight for its weight, so that keys share the engines in proportion to their
+    weights (equally by default); then, within it, the job with the fewest, so that a key's
+    jobs take turns; then the oldest."""
     by_job = (select(Segment.job_id, func.count().label("n"))
               .where(IN_FLIGHT).group_by(Segment.job_id).subquery())
     by_owner = (select(Job.owner, func.count().label("n"))
@@ -79,7 +82,8 @@ def fair_job(model: str) -> Select[uuid.UUID]:
             .outerjoin(by_job, by_job.c.job_id == Job.id)
             .outerjoin(by_owner, by_owner.c.owner == Job.owner)
             .where(Job.model == model, Job.status == JobStatus.in_progress, waiting)
-            .order_by(PRIORITY_RANK, func.coalesce(by_owner.c.n, 0),
+            .order_by(PRIORITY_RANK,
+                      cast(func.coalesce(by_owner.c.n, 0), Float) / Job.weight,
                       func.coalesce(by_job.c.n, 0), Job.id)
             .limit(1))
 

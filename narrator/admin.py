@@ -1,5 +1,6 @@
 """Server-side administration: the database schema, and API keys kept in the database."""
 
+import uuid
 from typing import Annotated
 
 import typer
@@ -22,8 +23,33 @@ keys = typer.Typer(help="API keys kept in the database (hashed); the API closes 
 cli.add_typer(keys, name="keys")
 
 
+PRIORITIES = ("high", "normal", "low")
+Weight = Annotated[int | None, typer.Option(
+    min=1, max=1000, help="its share of the engines against other keys' (default 1: equal)")]
+Priorities = Annotated[str | None, typer.Option(
+    help="the job priorities it may ask for, comma-separated (default: JOB_PRIORITIES)")]
+
+
+def _priorities(value: str | None) -> str | None:
+    """Check a --priorities value; '' goes back to the server's JOB_PRIORITIES."""
+    if not value:
+        return None
+    wanted = [p.strip() for p in value.split(",") if p.strip()]
+    if unknown := [p for p in wanted if p not in PRIORITIES]:
+        raise typer.BadParameter(f"unknown priority {unknown[0]!r}: use {', '.join(PRIORITIES)}")
+    return ",".join(p for p in PRIORITIES if p in wanted)
+
+
+def _key_id(key_id: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(key_id)
+    except ValueError:
+        raise typer.BadParameter(f"not a key id: {key_id}") from None
+
+
 @keys.command("create")
-def keys_create(name: Annotated[str, typer.Option(help="who or what the key is for")]) -> None:
+def keys_create(name: Annotated[str, typer.Option(help="who or what the key is for")],
+                weight: Weight = None, priorities: Priorities = None) -> None:
     """Create a key and print it once: only its SHA-256 is stored."""
     from models import ApiKey
     from models.api_key import digest, new_key
@@ -31,7 +57,8 @@ def keys_create(name: Annotated[str, typer.Option(help="who or what the key is f
 
     key = new_key()
     with session_scope() as session:
-        row = ApiKey(name=name, hint=key[:10], digest=digest(key))
+        row = ApiKey(name=name, hint=key[:10], digest=digest(key), weight=weight or 1,
+                     priorities=_priorities(priorities))
         session.add(row)
         session.flush()
         key_id = row.id
@@ -40,7 +67,7 @@ def keys_create(name: Annotated[str, typer.Option(help="who or what the key is f
 
 @keys.command("list")
 def keys_list() -> None:
-    """List keys: id, name, first characters, created, revoked."""
+    """List keys: id, name, first characters, weight, priorities, created, revoked."""
     from sqlalchemy import select
 
     from models import ApiKey
@@ -49,27 +76,48 @@ def keys_list() -> None:
     with session_scope() as session:
         for row in session.scalars(select(ApiKey).order_by(ApiKey.created_at)):
             revoked = f"revoked {row.revoked_at:%Y-%m-%d %H:%M}" if row.revoked_at else "active"
-            typer.echo(f"{row.id}  {row.name}  {row.hint}...  "
+            typer.echo(f"{row.id}  {row.name}  {row.hint}...  weight {row.weight}  "
+                       f"priorities {row.priorities or 'default'}  "
                        f"created {row.created_at:%Y-%m-%d %H:%M}  {revoked}")
+
+
+@keys.command("set")
+def keys_set(key_id: Annotated[str, typer.Argument(help="the id from `narrator keys list`")],
+             weight: Weight = None, priorities: Priorities = None) -> None:
+    """Change a key's weight or allowed priorities (the API applies it within seconds; jobs
+    already submitted keep the weight they had)."""
+    from sqlalchemy import update
+
+    from models import ApiKey
+    from models.db import session_scope
+
+    values: dict[str, object] = {}
+    if weight is not None:
+        values["weight"] = weight
+    if priorities is not None:
+        values["priorities"] = _priorities(priorities)
+    if not values:
+        raise typer.BadParameter("nothing to change: give --weight or --priorities")
+    with session_scope() as session:
+        found = session.execute(update(ApiKey).where(ApiKey.id == _key_id(key_id))
+                                .values(**values).returning(ApiKey.id)).first()
+    if found is None:
+        typer.echo(f"no key {key_id}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"changed {key_id}")
 
 
 @keys.command("revoke")
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id from `narrator keys list`")]
                 ) -> None:
     """Revoke a key (the API refuses it within seconds); its jobs stay in place."""
-    import uuid
-
     from sqlalchemy import update
 
     from models import ApiKey, utcnow
     from models.db import session_scope
 
-    try:
-        wanted = uuid.UUID(key_id)
-    except ValueError:
-        raise typer.BadParameter(f"not a key id: {key_id}") from None
     with session_scope() as session:
-        found = session.execute(update(ApiKey).where(ApiKey.id == wanted,
+        found = session.execute(update(ApiKey).where(ApiKey.id == _key_id(key_id),
                                                      ApiKey.revoked_at.is_(None))
                                 .values(revoked_at=utcnow()).returning(ApiKey.id)).first()
     if found is None:

@@ -104,6 +104,37 @@ def test_keys_from_the_table_open_close_and_revoke(tabled: tuple[Stack, dict[str
     assert stored == [(hashlib.sha256(key.encode()).hexdigest(),)]  # never the key itself
 
 
+def test_a_stored_keys_weight_and_priorities(tabled: tuple[Stack, dict[str, str]]) -> None:
+    stack, env = tabled
+    created = _narrator(env, "keys", "create", "--name", "editors", "--weight", "3",
+                        "--priorities", "normal,high")
+    assert created.returncode == 0, created.stderr
+    key_id, editors = created.stdout.split()[0], created.stdout.splitlines()[1]
+    plain = _narrator(env, "keys", "create", "--name", "crawler").stdout.splitlines()[1]
+    assert "weight 3  priorities high,normal" in _narrator(env, "keys", "list").stdout
+    bad = _narrator(env, "keys", "set", key_id, "--priorities", "urgent")
+    assert bad.returncode == 2
+    assert "unknown priority 'urgent'" in bad.stderr
+    time.sleep(KeyTable.TTL + 0.5)
+    urgent = {"input": "Now, please.", "priority": "high"}
+    with stack.client() as http:
+        job = http.post("/v1/audio/jobs", json=urgent,
+                        headers={"Authorization": f"Bearer {editors}"})
+        assert job.status_code == 202, job.text
+        refused = http.post("/v1/audio/jobs", json=urgent,
+                            headers={"Authorization": f"Bearer {plain}"})
+        assert refused.status_code == 403  # JOB_PRIORITIES: normal, low
+        assert error_of(refused)["code"] == "priority_not_allowed"
+        low = http.post("/v1/audio/jobs", json={"input": "Later.", "priority": "low"},
+                        headers={"Authorization": f"Bearer {editors}"})
+        assert low.status_code == 403  # its own list replaces the server's
+    assert _narrator(env, "keys", "set", key_id, "--weight", "5").returncode == 0
+    with psycopg.connect(env["NARRATOR_DATABASE_URL"]) as connection:
+        weight = connection.execute("SELECT weight FROM jobs WHERE id = %s",
+                                    (uuid.UUID(job.json()["id"].removeprefix("job_")),)).fetchone()
+    assert weight == (3,)  # a job keeps the weight its key had when it was submitted
+
+
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Stack]:
     """An API (no worker: jobs stay queued) with every per-key limit on."""

@@ -45,16 +45,16 @@ def database(request: pytest.FixtureRequest, tmp_path: Path,
 
 
 def _job(engine: Engine, model: str, owner: str, segments: int,
-         priority: str = "normal") -> uuid.UUID:
+         priority: str = "normal", weight: int = 1) -> uuid.UUID:
     """A job in progress with `segments` segments waiting for dispatch."""
     job_id, now = uuid7(), utcnow()
     with engine.begin() as connection:
         connection.execute(insert(Job.metadata.tables["jobs"]).values(
             id=job_id, owner=owner, status="in_progress", model=model, voice="joe",
             response_format="wav", speed=1.0, options={}, chapters=[], metadata={},
-            priority=priority, input_characters=5 * segments, segments_total=segments,
-            segments_done=0, segments_failed=0, audio_seconds=0.0, created_at=now,
-            updated_at=now, chars_done=0))
+            priority=priority, weight=weight, input_characters=5 * segments,
+            segments_total=segments, segments_done=0, segments_failed=0, audio_seconds=0.0,
+            created_at=now, updated_at=now, chars_done=0))
         connection.execute(insert(Segment.metadata.tables["segments"]), [
             {"id": uuid7(), "job_id": job_id, "index": n, "chapter": 0, "text": "Hello.",
              "pause_after": 0.0, "status": "pending", "attempts": 0}
@@ -85,6 +85,17 @@ def _run(engine: Engine, model: str, slots: int, rounds: int) -> list[uuid.UUID]
     return _owners(engine, sent)
 
 
+def _finish_oldest(engine: Engine, model: str) -> None:
+    """The oldest dispatched segment of `model` is done (its slot frees)."""
+    with engine.begin() as connection:
+        oldest = connection.scalars(  # this model's: the database may hold others'
+            select(Segment.id).join(Job, Job.id == Segment.job_id)
+            .where(Job.model == model, Segment.status == "pending",
+                   Segment.dispatched_at.is_not(None))
+            .order_by(Segment.dispatched_at, Segment.id).limit(1)).one()
+        connection.execute(update(Segment).where(Segment.id == oldest).values(status="done"))
+
+
 def test_a_small_job_of_another_key_goes_out_before_the_rest_of_a_book(
         database: Engine) -> None:
     model = f"m-{uuid.uuid4().hex[:8]}"
@@ -96,14 +107,7 @@ def test_a_small_job_of_another_key_goes_out_before_the_rest_of_a_book(
     assert order == []
     sent: list[uuid.UUID] = []
     for _ in range(6):  # six more slots free, one at a time
-        with database.begin() as connection:
-            running = connection.scalars(  # this model's: the database may hold others'
-                select(Segment.id).join(Job, Job.id == Segment.job_id)
-                .where(Job.model == model, Segment.status == "pending",
-                       Segment.dispatched_at.is_not(None))
-                .order_by(Segment.dispatched_at, Segment.id).limit(1)).one()
-            connection.execute(update(Segment).where(Segment.id == running)
-                               .values(status="done"))
+        _finish_oldest(database, model)
         dispatch.dispatch(model, 2, sent.append)
     jobs = _owners(database, sent)
     # Bob's three segments go out in the first free slots, taking turns with Alice's book
@@ -125,6 +129,25 @@ def test_a_keys_jobs_take_turns_and_priorities_come_first(database: Engine) -> N
     assert order[-4:] == [bulk] * 4  # low after every normal job
     assert order[2:10].count(first) == order[2:10].count(second) == 4
     assert order[2:6] == [first, second, first, second]  # one key's jobs take turns
+
+
+def test_keys_share_the_slots_by_weight(database: Engine) -> None:
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    heavy = _job(database, model, "editors", 40, weight=3)
+    light = _job(database, model, "crawler", 40)
+    sent: list[uuid.UUID] = []
+    dispatch.dispatch(model, 8, sent.append)
+    order = _owners(database, sent)
+    assert order.count(heavy) == 6  # three slots for one
+    assert order.count(light) == 2
+    for _ in range(24):  # as segments finish, one at a time, the share holds
+        _finish_oldest(database, model)
+        dispatch.dispatch(model, 8, sent.append)
+    with database.connect() as connection:
+        in_flight = connection.scalars(select(Segment.job_id).where(
+            Segment.job_id.in_([heavy, light]), Segment.status == "pending",
+            Segment.dispatched_at.is_not(None))).all()
+    assert in_flight.count(heavy) == 6, in_flight
 
 
 def test_dispatchers_at_once_send_each_segment_once(database: Engine) -> None:

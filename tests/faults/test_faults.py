@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from models.db import sql_engine_for
 from tests.conftest import S3_BUCKET, S3Server, base_env, fresh_database
 from tests.support import (
     PIPER_IN_FLIGHT,
@@ -105,6 +106,20 @@ def own_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
                    check=False)
 
 
+def _segments(database_url: str) -> str:
+    """The segments' rows, one a line (for a failure's message)."""
+    from sqlalchemy import text
+
+    engine = sql_engine_for(database_url)
+    try:
+        with engine.connect() as db:
+            return "\n".join(str(tuple(row)) for row in db.execute(text(
+                "SELECT index, status, worker, attempts, dispatched_at, heartbeat_at "
+                "FROM segments ORDER BY index")))
+    finally:
+        engine.dispose()
+
+
 def _start_redis(port: int, data: Path) -> None:
     subprocess.run(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--daemonize",
                     "yes", "--dir", str(data), "--appendonly", "yes", "--appendfsync", "always",
@@ -127,9 +142,13 @@ def test_redis_restarted_mid_job(tmp_path: Path, database_url: str,
             wait_segments(http, job["id"], 2, what="progress before the restart")
             subprocess.run(["redis-cli", "-p", str(port), "shutdown"], capture_output=True,
                            check=False)  # saves nothing more: the AOF already has it all
-            time.sleep(2)
+            time.sleep(float(os.environ.get("XX_OUTAGE", "2")))
             _start_redis(port, data)
-            done = wait_job(http, job["id"], timeout=240)
+            try:
+                done = wait_job(http, job["id"], timeout=240)
+            except AssertionError as exc:  # what the worker and the segments said
+                raise AssertionError(f"{exc}\n{_segments(database_url)}\n"
+                                     f"{stack.worker.output()[-6000:]}") from exc
             assert done["status"] == "completed", (done, stack.worker.output()[-3000:])
             attempts = _attempts(http, done)
     finally:
