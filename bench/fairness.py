@@ -1,12 +1,18 @@
-"""Fair scheduling as a user meets it: a small job of one key submitted while another key's
-book is being made, through `narrator serve` (embedded defaults, Piper) over HTTP.
+"""Fair scheduling as a user meets it, through `narrator serve` (embedded defaults, Piper)
+over HTTP.
 
     python -m bench.fairness [--book-segments 300] [--small-segments 3] [--delay 5]
+    python -m bench.fairness --keys [--big-jobs 1000]
 
-Three phases on one server: the small job alone; the book alone; then the book again with
-the small job submitted `--delay` seconds after it, by another API key. Reports the small
-job's wall time against its time alone (target: within 3x plus one segment's time) and the
-book's against its own (target: under 5 % slower). Writes bench/results/fairness.json.
+Book (the default): three phases on one server: the small job alone; the book alone; then
+the book again with the small job submitted `--delay` seconds after it, by another API key.
+Reports the small job's wall time against its time alone (target: within 3x plus one
+segment's time) and the book's against its own (target: under 5 % slower). Writes
+bench/results/fairness.json.
+
+Keys (`--keys`): one key submits `--big-jobs` one-segment jobs in batches, then nine other
+keys submit one job each. Reports, for each of the nine, how many of the big key's jobs had
+completed when it completed (target: fewer than 20). Writes bench/results/fairness_keys.json.
 """
 
 import argparse
@@ -56,14 +62,56 @@ def timed(http: httpx.Client, key: str, text: str, delay: float = 0.0) -> tuple[
     return time.monotonic() - started, int(job["segments"]["total"])
 
 
+def completed(http: httpx.Client, key: str, most: int = 100) -> int:
+    """How many of `key`'s jobs have completed (counted up to `most`)."""
+    found = http.get("/v1/audio/jobs", params={"status": "completed", "limit": most},
+                     headers={"Authorization": f"Bearer {key}"}).json()
+    return len(found["data"])
+
+
+def keys_run(big_jobs: int) -> None:
+    """One key's `big_jobs` jobs queued, then one job each of nine other keys."""
+    keys = [f"key-{n}-bench" for n in range(10)]
+    note = {"input": PARAGRAPH, "response_format": "wav"}
+    with served({"NARRATOR_API_KEYS": ",".join(keys)}) as url, \
+            httpx.Client(base_url=url, timeout=120) as http:
+        timed(http, keys[1], PARAGRAPH)  # warm-up
+        started = time.monotonic()
+        for start in range(0, big_jobs, 250):
+            http.post("/v1/audio/jobs/batch", json=[note] * min(250, big_jobs - start),
+                      headers={"Authorization": f"Bearer {keys[0]}"}).raise_for_status()
+        queued_s = time.monotonic() - started
+        small = {key: submit(http, key, PARAGRAPH) for key in keys[1:]}
+        submitted = time.monotonic()
+        ahead: dict[str, tuple[int, float]] = {}  # key: (big key's done by then, seconds)
+        while len(ahead) < len(small):
+            for key, job in small.items():
+                status = http.get(f"/v1/audio/jobs/{job}",
+                                  headers={"Authorization": f"Bearer {key}"}).json()["status"]
+                if key not in ahead and status == "completed":
+                    ahead[key] = (completed(http, keys[0]), time.monotonic() - submitted)
+            time.sleep(0.2)
+    rows = [[key, f"{ahead[key][1]:.1f} s", str(ahead[key][0])] for key in small]
+    print(table(["key (one job)", "done after", "big key's jobs done by then (target < 20)"],
+                rows))
+    print(f"{big_jobs} jobs of the big key queued in {queued_s:.1f} s (batches of 250)")
+    save("fairness_keys", {"big_jobs": big_jobs, "queued_s": queued_s,
+                           "small": [{"done_s": s, "big_done": n} for n, s in ahead.values()]})
+
+
 def main() -> None:
-    """Run the three phases and print the table."""
+    """Run the chosen scenario and print its table."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--book-segments", type=int, default=300)
     parser.add_argument("--small-segments", type=int, default=3)
     parser.add_argument("--delay", type=float, default=5.0)
+    parser.add_argument("--keys", action="store_true", help="the ten-keys scenario")
+    parser.add_argument("--big-jobs", type=int, default=1000)
     args = parser.parse_args()
+    if args.keys:
+        keys_run(args.big_jobs)
+        return
     big, small = book(args.book_segments, "Book"), book(args.small_segments, "Note")
     from concurrent.futures import ThreadPoolExecutor
 

@@ -104,6 +104,10 @@ class Job(Base):
     segments: Mapped[list["Segment"]] = relationship(back_populates="job", lazy="raise")
 
 
+# Segments given to the engines: running, or dispatched to the broker and not yet running.
+IN_FLIGHT = "status = 'running' OR (status = 'pending' AND dispatched_at IS NOT NULL)"
+
+
 class Segment(Base):
     """A few sentences of a job, synthesised by one task into one part file."""
 
@@ -115,6 +119,8 @@ class Segment(Base):
         Index("ix_segments_job_waiting", "job_id", "index",  # dispatch: the next to send
               postgresql_where=sql_text("status = 'pending' AND dispatched_at IS NULL"),
               sqlite_where=sql_text("status = 'pending' AND dispatched_at IS NULL")),
+        Index("ix_segments_in_flight", "job_id",  # dispatch: each key's and job's share
+              postgresql_where=sql_text(IN_FLIGHT), sqlite_where=sql_text(IN_FLIGHT)),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, insert, select, update
 import workers.settings
 from core.catalog import ModelInfo
 from core.registry import WorkerRecord
-from models import Job, Segment
+from models import Job, Segment, WorkerBeat
 from models.base import utcnow, uuid7
 from models.db import sql_engine_for
 from workers.jobs import dispatch, reaper
@@ -200,3 +200,31 @@ def test_the_reaper_leaves_waiting_segments_to_dispatch(database: Engine) -> Non
     again: list[tuple[str, str, str, float]] = []
     reaper.reap(60, lambda *task: again.append(task))
     assert {uuid.UUID(item) for _, item, of, _ in again if of == model} == set(sent)
+
+
+def test_a_dispatcher_that_dies_before_sending_loses_nothing(
+        database: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dispatch commits, then sends: a dispatcher killed in between leaves segments marked
+    dispatched with no message. They carry its worker id, so the reaper's dead-worker sweep
+    sends them once its heartbeat is stale (WORKER_DEAD_SECONDS), well before the
+    forgotten-work sweep (SEGMENT_STALE_SECONDS, 900 s by default) would."""
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    _job(database, model, "alice", 6)
+    dispatchers = {"alive": f"alive-{uuid.uuid4().hex[:8]}:1",
+                   "dead": f"dead-{uuid.uuid4().hex[:8]}:1"}
+    now = utcnow()
+    with database.begin() as connection:
+        connection.execute(insert(WorkerBeat).values(
+            id=dispatchers["alive"], started_at=now, heartbeat_at=now))
+        connection.execute(insert(WorkerBeat).values(
+            id=dispatchers["dead"], started_at=now - timedelta(minutes=5),
+            heartbeat_at=now - timedelta(minutes=5)))
+    never_sent: dict[str, list[uuid.UUID]] = {"alive": [], "dead": []}
+    for who, worker in dispatchers.items():
+        monkeypatch.setattr(dispatch, "worker_id", lambda worker=worker: worker)
+        dispatch.dispatch(model, 2 if who == "alive" else 4, never_sent[who].append)
+    again: list[tuple[str, str, str, float]] = []
+    reaper.reap(900, lambda *task: again.append(task))  # the default SEGMENT_STALE_SECONDS
+    resent = {uuid.UUID(item) for _, item, of, _ in again if of == model}
+    assert len(never_sent["dead"]) == 2
+    assert resent == set(never_sent["dead"])  # the live dispatcher's are still its to send

@@ -93,6 +93,42 @@ def test_worker_sigkilled_three_times_in_one_job(stack: Stack) -> None:
     assert sum(a - 1 for a in attempts) <= 3 * PIPER_IN_FLIGHT
 
 
+def test_worker_killed_mid_dispatch_loses_nothing(tmp_path: Path, database_url: str) -> None:
+    """Dispatch marks segments in the database, then sends their messages. A worker killed
+    in between leaves segments marked dispatched with no message: here it is killed once
+    the job is planned and its messages are deleted, which is that state. With the
+    default reaper settings, the next worker sends them again: nothing lost, none run
+    twice that was not running."""
+    import redis
+
+    from tests.conftest import redis_url
+
+    redis.Redis.from_url(redis_url(9)).flushdb()
+    stack = start_stack(tmp_path, base_env(tmp_path, database_url, 9))
+    try:
+        with stack.client() as http:
+            job = http.post("/v1/audio/jobs", json=BOOK).json()
+            wait_for(lambda: _rows(database_url, "SELECT count(*) FROM segments WHERE "
+                                   "dispatched_at IS NOT NULL")[0][0] > 0, 60, "dispatch",
+                     interval=0.01)
+            stack.worker.stop(signal.SIGKILL)
+            # The dispatched segments' messages, on the queue or taken by the killed
+            # worker (Redis would give those back after its 6-hour visibility timeout): lost.
+            broker = redis.Redis.from_url(redis_url(9))
+            broker.delete(*broker.keys("batch.piper*"), "unacked", "unacked_index")
+            [(dispatched,)] = _rows(database_url, "SELECT count(*) FROM segments WHERE "
+                                    "status = 'pending' AND dispatched_at IS NOT NULL")
+            _restart_worker(stack, "worker-2.log")
+            done = wait_job(http, job["id"], timeout=240)
+            assert done["status"] == "completed", done
+            attempts = _attempts(http, done)
+    finally:
+        stack.stop()
+    assert dispatched > 0
+    assert len(attempts) == 12
+    assert max(attempts) <= 2  # only the segments running at the kill ran again
+
+
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """A private Redis (append-only, fsync always) that the test may stop and start."""
@@ -106,18 +142,21 @@ def own_redis(tmp_path: Path) -> Iterator[tuple[int, Path]]:
                    check=False)
 
 
-def _segments(database_url: str) -> str:
-    """The segments' rows, one a line (for a failure's message)."""
+def _rows(database_url: str, query: str) -> list[tuple[Any, ...]]:
     from sqlalchemy import text
 
     engine = sql_engine_for(database_url)
     try:
         with engine.connect() as db:
-            return "\n".join(str(tuple(row)) for row in db.execute(text(
-                "SELECT index, status, worker, attempts, dispatched_at, heartbeat_at "
-                "FROM segments ORDER BY index")))
+            return [tuple(row) for row in db.execute(text(query))]
     finally:
         engine.dispose()
+
+
+def _segments(database_url: str) -> str:
+    """The segments' rows, one a line (for a failure's message)."""
+    return "\n".join(map(str, _rows(database_url, "SELECT index, status, worker, attempts, "
+                                     "dispatched_at, heartbeat_at FROM segments ORDER BY index")))
 
 
 def _start_redis(port: int, data: Path) -> None:

@@ -11,9 +11,11 @@ not for the book, and one key with 10,000 jobs takes its share and no more.
 Dispatch runs after a job is planned, after every segment a worker finishes or gives up
 (a slot frees), and on every reaper pass. Several at once are safe: each takes segments with
 one conditional statement (on Postgres skipping rows another is taking); a queue may then
-hold a few more than its target, never fewer than needed. A segment dispatched whose message
-was lost (a crash between commit and send, a broker restart) is sent again by the reaper's
-sweeps, which now look only at dispatched segments.
+hold a few more than its target, never fewer than needed. A dispatched segment carries its
+dispatcher's worker id until a worker takes its message (pipeline.reserve): should the
+dispatcher die between its commit and its send, the reaper's dead-worker sweep sends it
+(WORKER_DEAD_SECONDS); a message lost otherwise (a broker restart) is sent again by the
+forgotten-work sweep. Segments not yet dispatched are left to dispatch by both.
 """
 
 import uuid
@@ -22,13 +24,14 @@ from typing import Any
 
 import structlog
 
-from core.registry import WorkerRecord
+from core.registry import WorkerRecord, worker_id
 from models import segments as segment_state
 from models import utcnow
 from models.db import session_scope
 
 log = structlog.get_logger()
 FLOOR = 4  # queued ahead when no worker of the model says how many slots it has
+CANDIDATES = 200  # jobs asked for a waiting segment, in fair order, before all of them are
 
 
 def target(model: str, workers: Iterable[WorkerRecord]) -> int:
@@ -53,10 +56,11 @@ def dispatch(model: str, wanted: int, send: Callable[[uuid.UUID], Any]) -> int:
         room = wanted - (session.scalar(segment_state.queued(model)) or 0)
         now, missed = utcnow(), 0
         while len(picked) < room and missed < 3:
-            job = session.scalar(segment_state.fair_job(model))
+            job = session.scalar(segment_state.fair_job(model, CANDIDATES)) or \
+                session.scalar(segment_state.fair_job(model))
             if job is None:
                 break
-            segment = session.scalar(segment_state.dispatched(job, now))
+            segment = session.scalar(segment_state.dispatched(job, now, worker_id()))
             if segment is None:  # another dispatcher is taking that job's next one
                 missed += 1
                 continue

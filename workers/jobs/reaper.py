@@ -87,9 +87,10 @@ def reset_lost(session: Session, p: Pass) -> list[Task]:
 def requeue_orphans(session: Session, p: Pass) -> list[Task]:
     """Re-enqueue at once the pending segments whose message may have died with a worker.
 
-    Those a dead worker took off the broker (pipeline.reserve), and, because a worker can
-    die between taking a message and saying so, the unmarked pending segments of the
-    running jobs a dead worker worked on: a duplicate message claims nothing.
+    Those a dead worker dispatched (it may have died before sending them) or took off the
+    broker (pipeline.reserve), and, because a worker can die between taking a message and
+    saying so, the unmarked pending segments of the running jobs a dead worker worked on: a
+    duplicate message claims nothing.
     """
     live = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at >= p.live_since)
     dead = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at < p.live_since)
