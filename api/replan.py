@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.keys import part_key, parts_prefix
 from core.settings import CoreSettings
 from core.text import Gaps, Piece, plan_pieces
-from models import Segment, SegmentStatus, uuid7
+from models import Segment, SegmentStatus, utcnow, uuid7
 from models import segments as segment_state
 from storage import MediaStore
 
@@ -64,11 +64,13 @@ class Replan:
 
     async def insert(self, session: AsyncSession, job_id: uuid.UUID,
                      overrides: dict[str, Any] | None) -> list[uuid.UUID]:
-        """Insert the new text's segments, pending; return their ids."""
-        ids = [uuid7() for _ in self.new]
+        """Insert the new text's segments, pending and dispatched (the API sends them at
+        once); return their ids."""
+        ids, now = [uuid7() for _ in self.new], utcnow()
         rows = [{"id": key, "job_id": job_id, "index": n, "chapter": piece.chapter,
                  "text": piece.text, "pause_after": piece.pause_after, "speaker": piece.speaker,
-                 "status": SegmentStatus.pending, "attempts": 0, "overrides": overrides}
+                 "status": SegmentStatus.pending, "attempts": 0, "overrides": overrides,
+                 "dispatched_at": now}
                 for key, (n, piece) in zip(ids, self.new, strict=True)]
         if rows:
             await session.execute(insert(Segment), rows)

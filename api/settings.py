@@ -16,9 +16,12 @@ class AccessSettings(BaseSettings):
     api_keys: str = ""
     """Comma-separated keys for simple setups; clients send `Authorization: Bearer <key>`,
     and jobs are visible only to their key. Keys can also live in the database, stored as
-    SHA-256 only: `narrator keys create --name NAME` (prints the key once), `narrator keys
-    list`, `narrator keys revoke ID` (takes effect within 5 s). With no key in either place
-    the API is open."""
+    SHA-256 only: `narrator keys create --name NAME [--weight N] [--priorities
+    high,normal,low]` (prints the key once), `narrator keys list`, `narrator keys set ID
+    --weight N --priorities ...`, `narrator keys revoke ID` (each takes effect within 5 s). A
+    stored key's weight is its share of the engines against other keys' (see Concepts,
+    Scheduling); its priorities replace `NARRATOR_JOB_PRIORITIES` for it. With no key in
+    either place the API is open."""
     failed_auth_per_minute: int = 30
     """Wrong or missing keys per client address per minute, then a 429 for that address (a
     key is never guessed, but every try costs a lookup; a key of API_KEYS still gets
@@ -72,7 +75,8 @@ class QuotaSettings(BaseSettings):
     job_priorities: str = "normal,low"
     """The job priorities every key may ask for (`high`, `normal`, `low`, comma-separated);
     another gets a 403 `priority_not_allowed`. Add `high` where every key may jump ahead
-    of the others' work."""
+    of the others' work, or give it to some stored keys only (`narrator keys set ID
+    --priorities high,normal,low`)."""
 
     @property
     def allowed_priorities(self) -> frozenset[str]:

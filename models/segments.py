@@ -233,18 +233,20 @@ def take_restored(segment_id: uuid.UUID, at_attempts: int, **values: Any) -> Upd
 # The API: retry, re-render, replan (each under its job's own transition).
 
 def retried(job_id: uuid.UUID) -> Update:
-    """failed or pending → pending with fresh attempts, nobody's (a failed job retried).
-    Returns their ids."""
+    """failed or pending → pending with fresh attempts, nobody's, dispatched (a failed job
+    retried: the API sends them at once, outside the fair order). Returns their ids."""
     return (update(Segment)
             .where(Segment.job_id == job_id, Segment.status.in_([FAILED, PENDING]))
-            .values(status=PENDING, attempts=0, error=None, worker=None, heartbeat_at=utcnow())
+            .values(status=PENDING, attempts=0, error=None, worker=None, heartbeat_at=utcnow(),
+                    dispatched_at=utcnow())
             .returning(Segment.id))
 
 
 def rerendered(segment_id: uuid.UUID, overrides: dict[str, Any] | None) -> Update:
-    """done → pending, nobody's, with a re-render's changes (voice, seed, lexicon)."""
+    """done → pending, nobody's, dispatched (the API sends it at once), with a re-render's
+    changes (voice, seed, lexicon)."""
     return update(Segment).where(Segment.id == segment_id).values(
-        status=PENDING, error=None, worker=None, overrides=overrides)
+        status=PENDING, error=None, worker=None, overrides=overrides, dispatched_at=utcnow())
 
 
 def removed(ids: Iterable[uuid.UUID]) -> Delete:
