@@ -20,6 +20,7 @@ from core.catalog import ModelInfo, VoiceInfo
 from core.keys import result_store
 from core.views import job_object
 from models import Job, Lexicon, Voice
+from models import segments as segment_state
 
 
 def api_base(request: Request, state: State) -> str:
@@ -27,14 +28,16 @@ def api_base(request: Request, state: State) -> str:
     return (state.settings.public_api_url or str(request.base_url)).rstrip("/")
 
 
-def render_job(job: Job, request: Request, state: State) -> dict[str, Any]:
-    """The job object every route answers with (its media as URLs)."""
+def render_job(job: Job, request: Request, state: State,
+               queue: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The job object every route answers with (its media as URLs); `queue` (segments
+    waiting for dispatch, in flight) where the route read it."""
     store = result_store(job.output_url)
 
     def url_for(key: str, local: str) -> str:
         return store.url(key, local_url=local)
 
-    return job_object(job, url_for, api_base(request, state))
+    return job_object(job, url_for, api_base(request, state), queue)
 
 
 def parse_job_id(job_id: str) -> uuid.UUID:
@@ -61,6 +64,21 @@ async def load_job(session: SessionDep, job_id: str, owner: str) -> Job:
 READ_JOB = select(*(prop.columns[0].label(prop.key) for prop in sa_inspect(Job).column_attrs
                     if prop.key != "chapters")).where(
     Job.id == bindparam("id"), Job.owner == bindparam("owner"), Job.deleted_at.is_(None))
+
+
+READ_JOB_QUEUE = READ_JOB.add_columns(*(column.label(name) for column, name in zip(
+    segment_state.queue_of_job(), ("queue_waiting", "queue_in_flight"), strict=True)))
+
+
+async def read_job_queue(state: State, job_id: str, owner: str) -> tuple[Job, tuple[int, int]]:
+    """read_job, with the job's segments waiting for dispatch and in flight (the same
+    statement: two counts over partial indexes)."""
+    async with state.autocommit.connect() as connection:
+        row = (await connection.execute(READ_JOB_QUEUE, {"id": parse_job_id(job_id),
+                                                      "owner": owner})).first()
+    if row is None:
+        raise not_found(f"job '{job_id}' not found", "job_id")
+    return cast(Job, row), (int(row.queue_waiting), int(row.queue_in_flight))
 
 
 async def read_job(state: State, job_id: str, owner: str) -> Job:

@@ -184,7 +184,8 @@ def load(url: str, method: str, paths: list[str], concurrency: int, requests: in
     spec = {"url": url, "method": method, "paths": paths, "concurrency": concurrency,
             "requests": requests, "duration": duration, "body": body.decode(),
             "headers": headers or {}}
-    done = subprocess.run([sys.executable, "-P", "-m", "bench.loadgen"],
+    done = subprocess.run([sys.executable, "-m", "bench.loadgen"],  # from the checkout:
+                          cwd=RESULTS.parents[1],  # bench/ is not an installed package
                           input=json.dumps(spec).encode(), capture_output=True, check=True,
                           timeout=duration + 120)
     result: dict[str, Any] = json.loads(done.stdout)

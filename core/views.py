@@ -78,8 +78,10 @@ def _files(stored: dict[str, Any], url_for: UrlFor, content: str,
     } | {k: stored[k] for k in ("verification", "mastering") if k in stored}
 
 
-def job_object(job: Job, url_for: UrlFor, api_base: str) -> dict[str, Any]:
-    """Render the job object."""
+def job_object(job: Job, url_for: UrlFor, api_base: str,
+               queue: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Render the job object; `queue`: its segments waiting for dispatch and in flight
+    (`GET /v1/audio/jobs/{id}` reads them; shown while the job is in progress)."""
     pid = public_id(job)
     content = f"{api_base}/v1/audio/jobs/{pid}/content"
     return {
@@ -100,6 +102,8 @@ def job_object(job: Job, url_for: UrlFor, api_base: str) -> dict[str, Any]:
         "usage": {"input_characters": job.input_characters,
                   "audio_seconds": round(job.audio_seconds, 3)},
         "eta_seconds": _eta(job),
+        "queue": {"waiting": queue[0], "in_flight": queue[1]}
+        if queue is not None and job.status == JobStatus.in_progress else None,
         "result": _result(job, url_for, content),
         "error": job.error,
         "metadata": job.meta,

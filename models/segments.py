@@ -20,6 +20,7 @@ from sqlalchemy import (
     ColumnElement,
     Delete,
     Float,
+    ScalarSelect,
     Select,
     Update,
     case,
@@ -93,6 +94,17 @@ def fair_job(model: str, among: int | None = None) -> Select[uuid.UUID]:
                              Segment.dispatched_at.is_(None))
     return (select(ordered.c.id).where(waiting)
             .order_by(ordered.c.rank, ordered.c.share, ordered.c.turn, ordered.c.id).limit(1))
+
+
+def queue_of_job() -> tuple[ScalarSelect[int], ScalarSelect[int]]:
+    """Scalar subqueries of a job row (correlated to `Job`): its segments waiting for
+    dispatch, and those in flight (dispatched or running)."""
+    waiting = (select(func.count()).select_from(Segment)
+               .where(Segment.job_id == Job.id, Segment.status == PENDING,
+                      Segment.dispatched_at.is_(None)).scalar_subquery())
+    in_flight = (select(func.count()).select_from(Segment)
+                 .where(Segment.job_id == Job.id, IN_FLIGHT).scalar_subquery())
+    return waiting, in_flight
 
 
 def waiting_models() -> Select[str]:

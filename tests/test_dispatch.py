@@ -228,3 +228,17 @@ def test_a_dispatcher_that_dies_before_sending_loses_nothing(
     resent = {uuid.UUID(item) for _, item, of, _ in again if of == model}
     assert len(never_sent["dead"]) == 2
     assert resent == set(never_sent["dead"])  # the live dispatcher's are still its to send
+
+
+def test_a_jobs_queue_counts_its_waiting_and_in_flight_segments(database: Engine) -> None:
+    from models import segments as segment_state
+
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    job = _job(database, model, "alice", 5)
+    dispatch.dispatch(model, 2, lambda _: None)
+    with database.begin() as connection:
+        connection.execute(update(Segment).where(  # one of the two is running now
+            Segment.job_id == job, Segment.index == 0).values(status="running"))
+        counts = connection.execute(select(*segment_state.queue_of_job())
+                                    .where(Job.id == job)).one()
+    assert tuple(counts) == (3, 2)

@@ -165,6 +165,9 @@ def test_cancel_mid_job_stops_synthesis(local_stack: Stack, db: Engine) -> None:
         deadline = time.monotonic() + 60
         while running["segments"]["done"] < 1 and time.monotonic() < deadline:
             running = http.get(f"/v1/audio/jobs/{job['id']}").json()
+        queue, segments = running["queue"], running["segments"]
+        assert queue["waiting"] > 0  # 20 segments, a few dispatched at a time
+        assert queue["waiting"] + queue["in_flight"] + segments["done"] <= segments["total"]
         cancelled = http.post(f"/v1/audio/jobs/{job['id']}/cancel")
         assert cancelled.status_code == 200
         assert cancelled.json()["status"] == "cancelled"
@@ -174,6 +177,7 @@ def test_cancel_mid_job_stops_synthesis(local_stack: Stack, db: Engine) -> None:
         wait_for(lambda: _running(db, job["id"]) == 0, 60, "the segments in flight")
         final = http.get(f"/v1/audio/jobs/{job['id']}").json()
         assert final["status"] == "cancelled"
+        assert final["queue"] is None  # shown while a job is in progress
         assert final["segments"]["done"] <= done_at_cancel + PIPER_IN_FLIGHT
         assert final["segments"]["total"] > final["segments"]["done"] + 5
         content = http.get(f"/v1/audio/jobs/{job['id']}/content")

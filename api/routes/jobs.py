@@ -14,7 +14,7 @@ from starlette.concurrency import iterate_in_threadpool
 from api import job_input
 from api.admission import COLUMN_KEYS, Shared, digest_of, insert_job, job_values, replay, text_of
 from api.errors import ApiError, Json, bad_request, not_found, unavailable
-from api.owned import load_job, read_job, render_job, uploaded_voices
+from api.owned import load_job, read_job, read_job_queue, render_job, uploaded_voices
 from api.schemas import JobBody
 from api.state import OwnerDep, SessionDep, StateDep
 from api.validation import resolve
@@ -146,8 +146,9 @@ async def list_jobs(request: Request, state: StateDep, session: SessionDep, owne
 
 @router.get("/v1/audio/jobs/{job_id}")
 async def get_job(job_id: str, request: Request, state: StateDep, owner: OwnerDep) -> Json:
-    """Return the job object."""
-    return Json(render_job(await read_job(state, job_id, owner), request, state))
+    """Return the job object, with its queue: segments waiting for dispatch and in flight."""
+    job, queue = await read_job_queue(state, job_id, owner)
+    return Json(render_job(job, request, state, queue))
 
 
 @router.get("/v1/audio/jobs/{job_id}/content", response_class=Response)
