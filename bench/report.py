@@ -1,8 +1,8 @@
 """The current figures of docs/performance.md, written from the latest result files.
 
 The CPU table is bench.all's summary of bench/results/*.json (this development machine). The
-GPU tables read the bench.gpu_product runs named in GPU_RUNS (the latest run of the
-defaults, then an earlier pair taken back to back on one machine) and the latest scale-out run. When a
+GPU tables read the bench.gpu_product runs named in GPU_RUNS (the latest run of the defaults,
+then an earlier pair taken back to back on one machine) and the latest scale-out run. When a
 newer run is saved, name it here and run:
 
     python -m bench.report --write    # rewrite the generated part of docs/performance.md
