@@ -11,6 +11,50 @@ from models import Job, JobStatus, utcnow
 UrlFor = Callable[[str, str], str]
 
 
+# What each field of the job object holds: the API reference's "job object" table is written
+# from these (narrator/api_reference.py), and tests/test_api_reference.py fails when a field
+# the renderer writes is not described here.
+JOB_FIELDS: dict[str, str] = {
+    "id": "`job_` and 32 hex digits.",
+    "object": "Always `audio.job`.",
+    "status": "`queued`, `in_progress`, `completed`, `failed` or `cancelled`.",
+    "progress": "Per cent of the segments done, 0 to 99 until the job completes, then 100.",
+    "model": "The model that speaks it.",
+    "priority": "Its priority among the key's jobs (`normal` unless the submit set one).",
+    "voice": "The job's voice (chapters and `cast` may name others).",
+    "response_format": "The audio format of its files.",
+    "created_at": "When it was submitted, Unix seconds.",
+    "started_at": "When it was planned and went in progress, Unix seconds; null before.",
+    "completed_at": "When it ended (completed, failed or cancelled), Unix seconds; null before.",
+    "expires_at": "When its media and the job will be deleted (RESULT_TTL_HOURS); null: kept.",
+    "segments": "`{\"total\", \"done\", \"failed\"}`: its segments by state.",
+    "usage": "`{\"input_characters\", \"audio_seconds\"}`: text taken and audio made.",
+    "eta_seconds": "Seconds left at the rate so far; null until its first segment is done.",
+    "queue": "While in progress, on `GET /v1/audio/jobs/{id}` only: `{\"waiting\", "
+             "\"in_flight\"}`, its segments waiting for a worker and being spoken.",
+    "result": "When completed, its files (the table below); null before.",
+    "error": "When failed, `{\"code\", \"message\"}` (the codes are under Error codes).",
+    "metadata": "Your `metadata`, as sent.",
+    "version": "1, and one more for each re-render.",
+    "versions": "The earlier versions a re-render left, oldest first: `version`, "
+                "`completed_at` and the same fields as `result`.",
+    "book": "The book's tags as sent (only when the submit gave them).",
+    "lexicons": "The ids of the lexicons it was spoken with (only when it named some).",
+}
+RESULT_FIELDS: dict[str, str] = {
+    "url": "The whole book's audio.",
+    "duration_seconds": "Its length.",
+    "bytes": "Its size.",
+    "sample_rate": "Its sample rate.",
+    "chapters": "Per chapter: `title`, `start_seconds`, `duration_seconds` and `url` (its own "
+                "file, or null when the book is one file).",
+    "subtitles": "The subtitle files asked for, by kind: `srt`, `vtt`, `words`.",
+    "manifest_url": "The manifest: every segment's text, voice, timing and checks.",
+    "verification": "With `verify`: what was heard back and which segments were flagged.",
+    "mastering": "With `mastering`: `{\"profile\", \"ok\"}`.",
+}
+
+
 def public_id(job: Job) -> str:
     """Return the public id, `job_<32 hex>`."""
     return ids.job_id(job.id)

@@ -4,7 +4,8 @@ Each route becomes a section: its method and path, the docstring of its handler,
 query and header parameters, and the fields of its request body (the docstring under each
 field of api/schemas.py); the objects those fields hold follow. Routes the console or the
 probes use are listed too. Error answers share one shape, described once at the top, and
-every error code follows at the end (api/error_codes.py).
+the job object's fields (core/views.py) and every error code (api/error_codes.py) follow at
+the end.
 
     python -m narrator.api_reference > docs/api.md
 
@@ -144,8 +145,25 @@ def render(spec: dict[str, Any] | None = None) -> str:
             lines += ["", *fields(model)]
             used |= refs(model)
         lines.append("")
+    lines += job_object()
     lines += error_codes()
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def job_object() -> list[str]:
+    """The job object (every job route's answer, and a webhook's body) and its result."""
+    from core.views import JOB_FIELDS, RESULT_FIELDS
+
+    lines = ["## The job object", "",
+             "What `POST /v1/audio/jobs`, `GET /v1/audio/jobs/{id}` and the job routes answer, "
+             "and what a webhook sends. `GET /v1/audio/jobs` lists them under `data`.", "",
+             "| field | meaning |", "|---|---|"]
+    lines += [f"| `{name}` | {cell(meaning)} |" for name, meaning in JOB_FIELDS.items()]
+    lines += ["", "A completed job's `result` (URLs are presigned S3 URLs, PUBLIC_BASE_URL "
+              "URLs, or the API's own `/content` URLs for a local folder):", "",
+              "| field | meaning |", "|---|---|"]
+    lines += [f"| `{name}` | {cell(meaning)} |" for name, meaning in RESULT_FIELDS.items()]
+    return [*lines, ""]
 
 
 def error_codes() -> list[str]:

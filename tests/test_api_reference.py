@@ -63,3 +63,29 @@ def test_every_error_code_is_in_the_reference_and_every_listed_one_is_used() -> 
     assert {"voice_not_found", "worker_lost", "rate_limit_exceeded"} <= answers  # it reads them
     text = (ROOT / "docs" / "api.md").read_text()
     assert all(f"| `{code}` |" in text for code in answers | failures)
+
+
+def test_every_field_of_the_job_object_is_described() -> None:
+    """The renderer's fields, a completed job's result with every optional part included."""
+    import uuid
+
+    from core.views import JOB_FIELDS, RESULT_FIELDS, job_object
+    from models import Job, JobStatus, utcnow
+
+    result = {"key": "a.mp3", "duration_seconds": 1.0, "bytes": 10, "sample_rate": 22050,
+              "chapters": [{"title": "One", "start_seconds": 0.0, "duration_seconds": 1.0,
+                            "key": "c.mp3"}],
+              "subtitles": {"srt": "s.srt"}, "manifest_key": "m.json",
+              "verification": {}, "mastering": {"profile": "acx", "ok": True}}
+    job = Job(id=uuid.uuid4(), status=JobStatus.completed, model="piper", voice="joe",
+              response_format="mp3", created_at=utcnow(), segments_total=1, segments_done=1,
+              segments_failed=0, input_characters=5, audio_seconds=1.0, result=result,
+              options={"book": {"title": "T"}, "lexicons": ["x"]}, meta=None, version=2,
+              versions={"1": {"completed_at": None, "result": result}})
+    rendered = job_object(job, lambda key, local: local, "http://api")
+    job.status = JobStatus.in_progress  # the queue is shown only then
+    in_progress = job_object(job, lambda key, local: local, "http://api", queue=(1, 2))
+    assert set(rendered) | set(in_progress) == set(JOB_FIELDS)
+    assert set(rendered["result"]) == set(RESULT_FIELDS)
+    assert set(rendered["versions"][0]) - {"version", "completed_at"} == set(RESULT_FIELDS)
+    assert "## The job object" in (ROOT / "docs" / "api.md").read_text()
