@@ -1,10 +1,12 @@
 """The documentation says what the software does, not how it was built, and its examples run:
-no work-session history anywhere in the repository, a short README, and the README's
-streaming example through the official OpenAI SDK against a real stack."""
+no work-session history anywhere in the repository, a short README, the README's streaming
+example through the official OpenAI SDK against a real stack, and the guides' examples."""
 
 import re
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -71,3 +73,39 @@ def test_the_readmes_streaming_example_streams(local_stack: Stack) -> None:
     assert rate == 22050
     assert len(chunks) > 1  # it came in pieces
     assert len(audio) / 2 / rate > 1.0  # over a second of 16-bit mono speech
+
+
+def python_blocks(page: str) -> list[str]:
+    """The ```python examples of a docs page, in order."""
+    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.DOTALL)
+
+
+def test_the_speech_guides_examples_run(local_stack: Stack, tmp_path: Path,
+                                        monkeypatch: Any) -> None:
+    """Each Python example of the sync and streaming guide, as written, against a real stack
+    (only the address changed): a whole WAV, streamed PCM, and server-sent events."""
+    monkeypatch.chdir(tmp_path)
+    blocks = python_blocks("guides/speech.md")
+    assert len(blocks) == 3
+    spaces: list[dict[str, Any]] = [{} for _ in blocks]
+    for block, space in zip(blocks, spaces, strict=True):
+        exec(block.replace("http://127.0.0.1:8000", local_stack.url), space)
+    assert (tmp_path / "hello.wav").read_bytes()[:4] == b"RIFF"
+    assert spaces[1]["rate"] == 22050
+    assert (tmp_path / "streamed.pcm").stat().st_size / 2 / 22050 > 0.5
+    assert len(spaces[2]["pcm"]) / 2 / 22050 > 0.5
+
+
+def test_the_webhook_guides_check_accepts_narrators_signature_only() -> None:
+    from workers.jobs.webhooks import sign
+
+    space: dict[str, Any] = {}
+    [block] = python_blocks("guides/webhooks.md")
+    exec(block, space)
+    verify, body, now = space["verify"], b'{"id": "job_1"}', int(time.time())
+    assert verify("s3cret", sign("s3cret", now, body), body)
+    assert not verify("other", sign("s3cret", now, body), body)
+    assert not verify("s3cret", sign("s3cret", now, body), body + b" ")
+    assert not verify("s3cret", sign("s3cret", now - 3600, body), body)  # replayed
+    assert not verify("s3cret", "v1=abc", body)
+    assert not verify("s3cret", "t=x,v1=abc", body)
