@@ -43,6 +43,9 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "cross_site_request": (403, "A browser form from another site posted to the API."),
     "not_found": (404, "Nothing of that id exists for this key."),
     "job_not_completed": (409, "The job's audio is asked for before it completed."),
+    "stream_unavailable": (409, "The job has no stream to listen to while it is made: it is "
+                           "not an MP3 or m4b book, it is ACX-mastered, or its parts were not "
+                           "kept."),
     "job_finished": (409, "A job that already completed or failed cannot be cancelled."),
     "job_not_failed": (409, "Only a failed job can be retried."),
     "job_not_retryable": (409, "The job failed before it was planned; a retry would fail the "

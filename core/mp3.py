@@ -149,6 +149,12 @@ def read_tag(data: bytes) -> Tag:
     return Tag(frame, at, frames, size, delay_padding >> 12, delay_padding & 0xFFF, music_crc)
 
 
+def audio_frames(data: bytes) -> bytes:
+    """Return a LAME file's audio frames without its tag frame: frames a player plays one
+    file after another (an HLS stream) and never mistakes the tag for a silent frame."""
+    return data[len(read_tag(data).frame):]
+
+
 class Joiner:
     """One MP3 file written from LAME files, their audio frames copied in the order added.
 

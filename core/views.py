@@ -33,6 +33,8 @@ JOB_FIELDS: dict[str, str] = {
     "queue": "While in progress, on `GET /v1/audio/jobs/{id}` only: `{\"waiting\", "
              "\"in_flight\"}`, its segments waiting for a worker and being spoken.",
     "result": "When completed, its files (the table below); null before.",
+    "stream_url": "An MP3 or m4b book's HLS playlist, from its submit on (not ACX-mastered "
+                  "books): what is done so far, growing until it ends; null for other jobs.",
     "error": "When failed, `{\"code\", \"message\"}` (the codes are under Error codes).",
     "metadata": "Your `metadata`, as sent.",
     "version": "1, and one more for each re-render.",
@@ -53,6 +55,13 @@ RESULT_FIELDS: dict[str, str] = {
     "verification": "With `verify`: what was heard back and which segments were flagged.",
     "mastering": "With `mastering`: `{\"profile\", \"ok\"}`.",
 }
+
+
+def streamable(job: Job) -> bool:
+    """Whether a job's book is joined from fragments, so that it can be listened to while it
+    is made (api/routes/listen.py): MP3 and m4b, not ACX-mastered (encoded whole)."""
+    return job.response_format in ("mp3", "m4b") \
+        and (job.options or {}).get("mastering") != "acx"
 
 
 def public_id(job: Job) -> str:
@@ -149,6 +158,7 @@ def job_object(job: Job, url_for: UrlFor, api_base: str,
         "queue": {"waiting": queue[0], "in_flight": queue[1]}
         if queue is not None and job.status == JobStatus.in_progress else None,
         "result": _result(job, url_for, content),
+        "stream_url": f"{api_base}/v1/audio/jobs/{pid}/stream.m3u8" if streamable(job) else None,
         "error": job.error,
         "metadata": job.meta,
         "version": job.version or 1,

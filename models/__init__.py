@@ -2,6 +2,7 @@
 
 from models.api_key import ApiKey
 from models.base import Base, utcnow, uuid7
+from models.fragments import Fragment
 from models.job import (
     ACTIVE,
     Job,
@@ -17,6 +18,6 @@ from models.usage import Charge, KeyLock
 from models.worker import WorkerBeat
 
 __all__ = [
-    "ACTIVE", "ApiKey", "Base", "Charge", "Job", "JobEvent", "JobStatus", "KeyLock", "Lexicon",
-    "Segment", "SegmentEvent", "SegmentStatus", "Voice", "WorkerBeat", "utcnow", "uuid7",
+    "ACTIVE", "ApiKey", "Base", "Charge", "Fragment", "Job", "JobEvent", "JobStatus", "KeyLock",
+    "Lexicon", "Segment", "SegmentEvent", "SegmentStatus", "Voice", "WorkerBeat", "utcnow", "uuid7",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import structlog
 from fastapi import APIRouter, Request
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from api.errors import ApiError, Json, bad_request, unavailable
 from api.owned import load_job, named_lexicons, render_job, uploaded_voices
@@ -18,7 +18,7 @@ from api.state import OwnerDep, SessionDep, StateDep
 from api.validation import find_voice, text_field
 from core.keys import part_key
 from core.queues import SYNTHESIZE, model_queues
-from models import Job, JobStatus, Segment
+from models import Fragment, Job, JobStatus, Segment
 from models import segments as segment_state
 from models.transitions import atransition
 
@@ -72,6 +72,8 @@ async def rerender_job(job_id: str, body: RerenderBody, request: Request, state:
         raise _conflict("the job changed while it was being re-rendered", "job_not_completed")
     await anyio.to_thread.run_sync(plan.move_parts, state.store, job.id)  # the job row is held
     await plan.renumber(session, job.id)
+    # The stream starts over with this version: its fragments are recorded as they land.
+    await session.execute(delete(Fragment).where(Fragment.job_id == job.id))
     for row in chosen:  # earlier overrides stay unless this re-render changes them
         await session.execute(segment_state.rerendered(
             row.id, (row.overrides or {}) | changes or None))

@@ -6,6 +6,8 @@ import itertools
 import json
 import queue
 import tempfile
+import threading
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -39,7 +41,6 @@ from workers.book.timeline import (
 from workers.settings import cores
 
 log = structlog.get_logger()
-Kept = Callable[[list[Segment], Segment | None], fragments.Encoded | None]
 
 
 class _Feed:
@@ -176,14 +177,47 @@ def keep_fragment(store: MediaStore, key: str, encoded: fragments.Encoded) -> No
     store.put(key, encoded.book)
 
 
+class KeptFragments:
+    """A job's fragments in storage: each found if encoded earlier (progressive.py), and
+    each the assembly used, kept there if it encoded it (for re-renders) and listed in
+    `used` (for the live stream's record, models/fragments.py)."""
+
+    def __init__(self, store: MediaStore, job_id: uuid.UUID, lufs: float, rate: int,
+                 fmt: str) -> None:
+        self._store, self._job, self._lufs, self._rate, self._fmt = \
+            store, job_id, lufs, rate, fmt
+        self._lock = threading.Lock()
+        self.used: list[dict[str, Any]] = []
+
+    def _key(self, group: list[Segment], following: Segment | None) -> str:
+        return fragments.group_key(self._job, group, following, self._lufs, self._rate,
+                                   self._fmt)
+
+    def find(self, group: list[Segment], following: Segment | None
+             ) -> fragments.Encoded | None:
+        """Return the group's fragment encoded earlier, if any."""
+        return kept_fragment(self._store, self._key(group, following))
+
+    def use(self, group: list[Segment], following: Segment | None,
+            encoded: fragments.Encoded, fresh: bool) -> None:
+        """Note that the book holds this fragment; keep it first if it was encoded here."""
+        key = self._key(group, following)
+        if fresh:
+            keep_fragment(self._store, key, encoded)
+        with self._lock:  # fragments are encoded on several threads
+            self.used.append({
+                "first": group[0].index, "last": group[-1].index,
+                "chapter": group[0].chapter, "key": key, "rate": self._rate,
+                "samples": fragments.decoded_samples(encoded.book, self._rate, self._fmt)})
+
+
 def _encode_fragments(segments: list[Segment], finished: Callable[[Segment], Audio],
                       timeline: Timeline, fmt: str, main: Path, chapter_files: list[Path],
-                      marks: list[Mark], threads: int,
-                      kept: Callable[[list[Segment], Segment | None], fragments.Encoded | None]
-                      ) -> None:
+                      marks: list[Mark], threads: int, kept: KeptFragments) -> None:
     """Join the book and its chapter files from MP3 or AAC fragments, one per group of
     segments between two cuts of the timeline: those `kept` from earlier, the rest encoded
-    here on threads (fragments.py says how the joins stay exact). `marks`: the m4b's chapters."""
+    here on threads and kept (fragments.py says how the joins stay exact). `marks`: the
+    m4b's chapters."""
     cuts = [0, *timeline.breaks, len(segments)]
     groups = [segments[a:b] for a, b in itertools.pairwise(cuts)]
     after = [segments[b] if b < len(segments) else None for b in cuts[1:]]
@@ -210,9 +244,11 @@ def _encode_fragments(segments: list[Segment], finished: Callable[[Segment], Aud
             encoded.closing, fmt) == fragments.frames_for(speech, rate, fmt))
 
     def fragment(n: int) -> fragments.Encoded:
-        encoded = kept(groups[n], after[n])
-        if encoded is None or not whole(encoded, n):
+        encoded = kept.find(groups[n], after[n])
+        fresh = encoded is None or not whole(encoded, n)
+        if encoded is None or fresh:
             encoded = fragments.encode_group(groups[n], after[n], finished, rate, fmt)
+        kept.use(groups[n], after[n], encoded, fresh)
         return encoded
 
     files = iter(chapter_files)
@@ -238,8 +274,8 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
              part_key: Callable[[Segment], str], lufs: float = 0.0,
              checks: dict[str, Any] | None = None, threads: int = 0,
              words: Words | None = None, normalized: bool = True,
-             heard: tuple[dict[int, float | None], dict[str, Any]] | None = None
-             ) -> dict[str, Any]:
+             heard: tuple[dict[int, float | None], dict[str, Any]] | None = None,
+             fragments_used: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write the job's media to `target`; return the result record (keys, not URLs).
 
     Each part is normalised to `lufs` integrated loudness (0: left as synthesised). Each is
@@ -248,7 +284,8 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
     them too, in fragments (fragments.py), other formats by one encoder. Subtitle cues come
     from `words` where a segment has them (timeline.sentence_cues), else are estimated.
     `heard`: each segment's word error rate and the job's verification summary (`verify`),
-    recorded in the manifest and the result.
+    recorded in the manifest and the result. `fragments_used` gets the MP3 or AAC fragments
+    the book was joined from (KeptFragments.used), for the live stream's record.
     """
     rate = _sample_rate(segments[0], store, part_key)
     base, ext = version_prefix(job.id, job.version or 1), EXTENSIONS[job.response_format]
@@ -259,11 +296,11 @@ def assemble(job: Job, segments: list[Segment], store: MediaStore, target: Media
                                  master=_targets(segments, spans, timeline) if master else None)
     fmt = job.response_format
 
-    def kept(group: list[Segment], following: Segment | None) -> fragments.Encoded | None:
-        return kept_fragment(store, fragments.group_key(job.id, group, following, lufs, rate, fmt))
-
+    kept = KeptFragments(store, job.id, lufs, rate, fmt)
     chapters, size, measured = _audio_files(job, segments, spans, timeline, finished, kept,
                                             store, target, threads or cores())
+    if fragments_used is not None:
+        fragments_used.extend(kept.used)
     if measured is not None:
         checks = (checks or {}) | {"mastering": measured}
     subtitle_keys, timing = _subtitle_files(job, segments, timeline, words, normalized, target)
@@ -300,7 +337,7 @@ def _timeline(fmt: str, segments: list[Segment], rate: int, master: bool) -> Tim
 
 
 def _audio_files(job: Job, segments: list[Segment], spans: list[Span], timeline: Timeline,
-                 finished: Callable[[Segment], Audio], kept: Kept,
+                 finished: Callable[[Segment], Audio], kept: KeptFragments,
                  store: MediaStore, target: MediaStore, threads: int
                  ) -> tuple[list[dict[str, Any]], int, dict[str, Any] | None]:
     """Encode the book (and its chapter files when it has several chapters), tag them and put

@@ -80,6 +80,12 @@ def frames_in(data: bytes, fmt: str = "mp3") -> int:
     return tag.frames if tag.size == len(data) else 0
 
 
+def decoded_samples(data: bytes, rate: int, fmt: str = "mp3") -> int:
+    """Return the samples a whole fragment decodes to, every frame counted (a player that
+    trims an MP3's encoder delay and padding plays fewer, all of them silence)."""
+    return frames_in(data, fmt) * frame_samples(rate, fmt)
+
+
 def _adts_frames(data: bytes) -> int:
     """Count the ADTS frames of an AAC stream that ends exactly after its last frame."""
     at, frames = 0, 0

@@ -17,6 +17,7 @@ from core.audio import Audio
 from core.keys import part_key
 from models import Job, JobStatus, Segment, SegmentStatus
 from models.db import session_scope
+from models.fragments import record as record_fragment
 from storage import store_for
 from workers.book import assembly, fragments, parts
 from workers.book.timeline import cuts_after
@@ -102,7 +103,10 @@ def encode_fragment(job_id: uuid.UUID, first: int) -> bool:
         return parts.finish(segment, store, lambda s: part_key(job_id, s.index),
                                settings.loudness_lufs, rate)
 
-    assembly.keep_fragment(store, key,
-                           fragments.encode_group(group, following, finished, rate, fmt))
+    encoded = fragments.encode_group(group, following, finished, rate, fmt)
+    assembly.keep_fragment(store, key, encoded)
+    with session_scope() as session:  # the live stream plays it from now on
+        record_fragment(session, job_id, first, group[-1].index, group[0].chapter, key,
+                        fragments.decoded_samples(encoded.book, rate, fmt), rate)
     log.info("fragment.encoded", job_id=str(job_id), first=first, segments=len(group))
     return True

@@ -24,6 +24,7 @@ from core.text import Gaps, IncompletePlan, Piece, check_plan, plan_pieces
 from models import Job, JobStatus, Segment, SegmentStatus, utcnow, uuid7
 from models import segments as segment_state
 from models.db import session_scope
+from models.fragments import replace as replace_fragments
 from models.transitions import transition
 from storage import store_for
 from workers.book import alignment, assembly, parts
@@ -368,6 +369,7 @@ def assemble(job_id: uuid.UUID) -> Assembled:
                 return again
         verified = alignment.verification(checked.wer, settings.verify_wer_margin) \
             if checked is not None and alignment.verifies(job) else None
+        used: list[dict[str, Any]] = []
         result = assembly.assemble(job, segments, store, result_store(job.output_url),
                                    lambda s: part_key(job_id, s.index), settings.loudness_lufs,
                                    checks={"text": text_check},
@@ -376,7 +378,8 @@ def assemble(job_id: uuid.UUID) -> Assembled:
                                    if checked is not None and alignment.wanted(job) else None,
                                    normalized=settings.normalize_text,
                                    heard=(checked.wer, verified)
-                                   if checked is not None and verified is not None else None)
+                                   if checked is not None and verified is not None else None,
+                                   fragments_used=used)
     except parts.PartLost as lost:
         return _synthesize_again(job, lost, settings.segment_max_attempts)
     with session_scope() as session:
@@ -386,6 +389,8 @@ def assemble(job_id: uuid.UUID) -> Assembled:
         moved = transition(session, job_id, [JobStatus.in_progress], JobStatus.completed,
                            result=result, completed_at=now, expires_at=expires,
                            audio_seconds=result["duration_seconds"])
+        if moved is not None:  # the stream plays the whole book, while its parts are kept
+            replace_fragments(session, job_id, used if settings.keep_parts else [])
     if moved is None:
         return Assembled("waiting")
     if not settings.keep_parts:
