@@ -491,3 +491,42 @@ def test_the_page_and_its_files_are_served(served: str) -> None:
         assert response.status_code == 200
         assert kind in response.headers["content-type"]
     assert httpx.get(f"{served}/nowhere").json()["error"]["type"] == "not_found_error"
+
+
+def _listens_while_it_runs(browser: WebDriver, url: str) -> None:
+    """Submit a book from the Jobs tab, press Listen while it runs, and hear it play: the
+    stream's audio advances through hls.js while the job is still in progress."""
+    open_console(browser, url, "jobs")
+    plain_text_job(browser, "")
+    browser.execute_script("document.getElementById('job-text').value = arguments[0];",
+                           "The harbour lights came on one by one before the rain. " * 300)
+    job_id = submit_job(browser)
+    click(browser, f'tr[data-job="{job_id}"] button[aria-label="Listen {job_id}"]', 120)
+    until(browser, lambda d: shown(d, "live"))
+    played = until(browser, lambda d: d.execute_script(
+        "const a = document.getElementById('live-audio'); "
+        "return a.currentTime > 1.5 ? a.currentTime : 0;"), 60)
+    assert played > 1.5
+    status = httpx.get(f"{url}/v1/audio/jobs/{job_id}", headers=browser.execute_script(
+        "const k = sessionStorage.getItem('narrator-api-key'); "
+        "return k ? {Authorization: 'Bearer ' + k} : {};")).json()["status"]
+    assert status == "in_progress"  # heard before the book was done
+    browser.execute_script("document.getElementById('live-audio').pause();")
+    httpx.post(f"{url}/v1/audio/jobs/{job_id}/cancel", headers=browser.execute_script(
+        "const k = sessionStorage.getItem('narrator-api-key'); "
+        "return k ? {Authorization: 'Bearer ' + k} : {};"))
+
+
+def test_a_running_book_is_heard_from_the_jobs_tab(browser: WebDriver, served: str) -> None:
+    _listens_while_it_runs(browser, served)
+
+
+def test_a_keyed_servers_stream_is_heard_with_the_key(browser: WebDriver,
+                                                      keyed: Stack) -> None:
+    """hls.js sends the tab's key with the playlist and every fragment."""
+    browser.get(f"{keyed.url}/#speak")
+    until(browser, lambda d: d.find_element(By.ID, "key-dialog").is_displayed())
+    browser.find_element(By.ID, "key-input").send_keys("sesame" + Keys.ENTER)
+    until(browser, lambda d: Select(d.find_element(By.ID, "speak-voice")).options)
+    _listens_while_it_runs(browser, keyed.url)
+    browser.execute_script("sessionStorage.removeItem('narrator-api-key');")

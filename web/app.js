@@ -380,6 +380,9 @@ async function refreshJobs() {
       bar.setAttribute("aria-label", `progress of ${job.id}`);
       cells[2].append(bar, ` ${job.progress}% ${eta(job.eta_seconds)}`);
       if (job.status === "completed") cells[4].append(button("Play", () => openPlayer(job), job.id));
+      if (job.status === "in_progress" && job.stream_url) {
+        cells[4].append(button("Listen", () => listen(job), job.id));
+      }
       if (["queued", "in_progress"].includes(job.status)) {
         cells[4].append(button("Cancel", async () => {
           await api(`/v1/audio/jobs/${job.id}/cancel`, { method: "POST" }); await refreshJobs();
@@ -570,6 +573,68 @@ async function openPlayer(job) {
     ? `Version ${job.version}; earlier versions are in the downloads` : "Version 1";
   player.hidden = false;
   player.scrollIntoView({ block: "start" });
+}
+
+// ---- Listening while a book is made: its HLS stream, fed to Media Source Extensions ----
+// The playlist is read again every few seconds and each new fragment (MP3, or ADTS AAC for
+// m4b) is appended in order; at most two minutes are fetched ahead of the play head, and
+// what was played is let go, so a long book never fills the browser's buffer. A browser
+// without Media Source Extensions for the format (iOS Safari) plays the playlist itself
+// where no key is needed. Neither hls.js 1.7 nor Chromium 156's own HLS player could play
+// these MPEG-2 Layer III fragments (Piper's 22.05 kHz); Chromium's MSE takes them as they are.
+
+let listening = null;  // the session of the job being listened to: {stopped}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const once = (target, name) => new Promise((resolve) => target.addEventListener(name, resolve, { once: true }));
+
+async function listen(job) {
+  if (listening) listening.stopped = true;
+  const session = listening = { stopped: false };
+  const audio = $("live-audio");
+  $("live-title").textContent = `Listening: ${jobLabel(job)}`;
+  $("live-state").textContent = "What is made so far; it grows as the job runs.";
+  $("live").hidden = false;
+  $("live").scrollIntoView({ block: "start" });
+  const type = job.response_format === "m4b" ? "audio/aac" : "audio/mpeg";
+  if (!window.MediaSource?.isTypeSupported(type)) {
+    if (sessionStorage.getItem(KEY) || !audio.canPlayType("application/vnd.apple.mpegurl")) {
+      throw new Error("this browser cannot play the stream");
+    }
+    audio.src = job.stream_url;  // iOS Safari plays HLS itself (it cannot send a key)
+    await audio.play().catch(() => {});
+    return;
+  }
+  const source = new MediaSource();
+  audio.src = URL.createObjectURL(source);
+  await once(source, "sourceopen");
+  const buffer = source.addSourceBuffer(type);
+  buffer.mode = "sequence";
+  let appended = 0, started = false;
+  const ahead = () => (buffer.buffered.length ? buffer.buffered.end(buffer.buffered.length - 1) : 0) - audio.currentTime;
+  while (!session.stopped) {
+    const text = await (await api(job.stream_url)).text();
+    const uris = text.split("\n").filter((line) => line && !line.startsWith("#"));
+    for (const uri of uris.slice(appended)) {
+      while (ahead() > 120 && !session.stopped) await sleep(2000);  // two minutes ahead
+      const data = await (await api(new URL(uri, job.stream_url).href)).arrayBuffer();
+      if (session.stopped) return;
+      if (audio.currentTime > 60) {  // let go of what was played
+        buffer.remove(0, audio.currentTime - 30);
+        await once(buffer, "updateend");
+      }
+      buffer.appendBuffer(data);
+      await once(buffer, "updateend");
+      appended += 1;
+      if (!started) { started = true; await audio.play().catch(() => {}); }
+    }
+    if (text.includes("#EXT-X-ENDLIST")) {
+      source.endOfStream();
+      $("live-state").textContent = "The whole book is here.";
+      return;
+    }
+    await sleep(3000);
+  }
 }
 
 // ---- Voices: list, and upload a clip where a model clones ----
