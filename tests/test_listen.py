@@ -43,9 +43,9 @@ def _decoded_seconds(source: Any, **options: Any) -> float:
     return samples / rate
 
 
-def _listen(stack: Stack) -> None:
+def _listen(stack: Stack, fmt: str = "mp3") -> None:
     with stack.client() as http:
-        job = http.post("/v1/audio/jobs", json=BOOK).json()
+        job = http.post("/v1/audio/jobs", json=BOOK | {"response_format": fmt}).json()
         url = job["stream_url"] or ""
         assert url.endswith(f"/v1/audio/jobs/{job['id']}/stream.m3u8")
         # While it runs: the playlist lists what is done, and does not end.
@@ -63,7 +63,7 @@ def _listen(stack: Stack) -> None:
         assert live.playlist_type == "event"
         first = http.get(live.segments[0].absolute_uri)
         assert first.status_code == 200
-        assert first.headers["content-type"] == "audio/mpeg"
+        assert first.headers["content-type"] == {"mp3": "audio/mpeg", "m4b": "audio/aac"}[fmt]
         assert first.content.startswith(b"ID3")
         assert b"transportStreamTimestamp" in first.content
         # Once done: the whole book, ended, and playable end to end.
@@ -90,6 +90,23 @@ def test_a_running_books_stream_grows_and_ends_with_the_book(local_stack: Stack)
 
 def test_the_stream_of_a_book_on_s3(s3_stack: Stack) -> None:
     _listen(s3_stack)
+
+
+def test_an_m4b_books_stream_is_aac(local_stack: Stack) -> None:
+    _listen(local_stack, "m4b")
+
+
+def test_a_cancelled_books_stream_ends_with_what_was_made(local_stack: Stack) -> None:
+    with local_stack.client() as http:
+        job = http.post("/v1/audio/jobs", json=BOOK).json()
+        deadline = time.monotonic() + 120
+        while not _playlist(http, job["stream_url"]).segments:
+            assert time.monotonic() < deadline, "no fragment listed"
+            time.sleep(0.1)
+        http.post(f"/v1/audio/jobs/{job['id']}/cancel")
+        ended = _playlist(http, job["stream_url"])
+        assert ended.is_endlist
+        assert ended.segments
 
 
 def test_jobs_without_fragments_have_no_stream(local_stack: Stack) -> None:
