@@ -18,6 +18,7 @@ from api.routes import (
     jobs,
     lexicons,
     listen,
+    live,
     metrics,
     rerender,
     speech,
@@ -64,9 +65,9 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
     app = FastAPI(title="Narrator", version="0.1.0", lifespan=lifespan,
                   default_response_class=errors.Json)
     errors.install(app)
-    for router in (speech.router, batch.router, jobs.router, listen.router, rerender.router,
-                   voices.router, lexicons.router, catalog.router, health.router,
-                   metrics.router, web.router):
+    for router in (speech.router, live.router, batch.router, jobs.router, listen.router,
+                   rerender.router, voices.router, lexicons.router, catalog.router,
+                   health.router, metrics.router, web.router):
         app.include_router(router)
     app.mount("/web", web.assets, name="web")
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,

@@ -43,6 +43,10 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "cross_site_request": (403, "A browser form from another site posted to the API."),
     "not_found": (404, "Nothing of that id exists for this key."),
     "job_not_completed": (409, "The job's audio is asked for before it completed."),
+    "session_idle": (400, "A `WS /v1/audio/speech/stream` session sent no message for "
+                     "`NARRATOR_LIVE_IDLE_SECONDS`; it is closed (1008)."),
+    "session_too_long": (400, "A streaming session passed `NARRATOR_LIVE_SESSION_SECONDS`; "
+                         "open another (closed with 1008)."),
     "stream_unavailable": (409, "The job has no stream to listen to while it is made: it is "
                            "not an MP3 or m4b book, it is ACX-mastered, or its parts were not "
                            "kept."),

@@ -51,6 +51,13 @@ class LimitSettings(BaseSettings):
     """A request's head must arrive within this; otherwise the connection is closed."""
     request_body_seconds: float = 120.0
     """A request's body must arrive within this of its first read; otherwise a 408."""
+    live_max_chars: int = 100_000
+    """Most characters of text one `WS /v1/audio/speech/stream` session takes; past it the
+    session ends (close 1008, `input_too_long`)."""
+    live_idle_seconds: float = 60.0
+    """A streaming session that sends no message for this long ends (close 1008)."""
+    live_session_seconds: float = 3600.0
+    """Longest streaming session; then it ends (close 1008) and the client opens another."""
     output_url_prefixes: str = ""
     """Comma-separated `s3://bucket/prefix/` entries where jobs may deliver with
     `output_url`; empty: `output_url` is refused."""

@@ -8,6 +8,7 @@ from celery import Celery
 from fastapi import Depends, Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from starlette.requests import HTTPConnection
 
 from api.catalogue import Catalogue
 from api.enqueue import Planner
@@ -103,7 +104,7 @@ class State:
     failed_auth: RateLimiter  # wrong keys per client address
 
 
-async def get_state(request: Request) -> State:
+async def get_state(request: HTTPConnection) -> State:
     """Return the app's shared state (async: a plain def would cost a thread hop)."""
     state: State = request.app.state.narrator
     return state
@@ -121,7 +122,7 @@ async def get_session(state: StateDep) -> Any:
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
 
-async def get_owner(request: Request, state: StateDep) -> str:
+async def get_owner(request: HTTPConnection, state: StateDep) -> str:
     """Authenticate the caller and return the owner id of its jobs ('' when the API is open).
 
     Keys come from NARRATOR_API_KEYS and from the api_keys table (`narrator keys`); with
@@ -151,7 +152,7 @@ async def get_owner(request: Request, state: StateDep) -> str:
 OwnerDep = Annotated[str, Depends(get_owner)]
 
 
-def bearer(request: Request) -> str:
+def bearer(request: HTTPConnection) -> str:
     """Return the request's bearer token, or ''."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""

@@ -145,9 +145,17 @@ def render(spec: dict[str, Any] | None = None) -> str:
             lines += ["", *fields(model)]
             used |= refs(model)
         lines.append("")
+    lines += live_protocol()
     lines += job_object()
     lines += error_codes()
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def live_protocol() -> list[str]:
+    """The WebSocket route, which OpenAPI does not describe: its protocol."""
+    from api.routes.live import PROTOCOL
+
+    return ["## WS `/v1/audio/speech/stream`", "", PROTOCOL]
 
 
 def job_object() -> list[str]:

@@ -33,7 +33,7 @@ def test_every_route_and_body_field_is_described() -> None:
 # The calls that raise an API error, and which positional argument is the code (None: only
 # by keyword); `_fail` fails a job (workers/jobs/pipeline.py).
 RAISING = {"ApiError": None, "bad_request": 2, "too_many": 1, "_conflict": 1, "unavailable": None,
-           "not_found": None}
+           "not_found": None, "_refuse": 0}
 
 
 def codes_in(folder: str, calls: dict[str, int | None]) -> set[str]:

@@ -1,0 +1,262 @@
+"""`WS /v1/audio/speech/stream`: text streamed in as it is written, speech streamed out.
+
+The protocol (PROTOCOL below is the API reference's section on it): a `session.config`
+message, then `text.delta` messages of any size, `text.flush` to speak what is held without
+waiting for a sentence to end, and `session.close` to finish. Completed sentences
+(core/live_text.py) are spoken one after another, each as a streamed sync request on a
+worker's realtime lane (never in this process), and their 16-bit PCM goes out as binary
+frames between `sentence.start` and `sentence.end` events. Reading and speaking run side by
+side; a slow reader holds up the speaking, because each frame is sent before the next is
+read from the worker.
+"""
+
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import Any, Literal
+
+import anyio
+import orjson
+import structlog
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from api import streaming
+from api.errors import ApiError
+from api.owned import named_lexicons, uploaded_voices
+from api.schemas import SpeechFields
+from api.state import State, StateDep, get_owner
+from api.validation import resolve
+from core.channel import ChannelTimeout
+from core.live_text import SentenceBuffer
+from core.queues import SPEAK, model_queues
+from core.text import strip_pauses
+
+router = APIRouter()
+log = structlog.get_logger()
+
+POLICY, TOO_BIG, LOST, TRY_LATER = 1008, 1009, 1011, 1013  # WebSocket close codes
+
+PROTOCOL = """\
+`WS /v1/audio/speech/stream` speaks text as it arrives, as a voice agent sends an LLM's
+tokens. Authenticate as every route does (`Authorization: Bearer <key>` on the upgrade
+request). The client sends JSON text frames:
+
+- `{"type": "session.config", ...}`: first, once. `model`, `voice`, `speed`, `language`,
+  `instructions`, `seed` and `lexicons` as `POST /v1/audio/speech` takes them, and
+  `response_format`: `pcm`, the default and only one.
+- `{"type": "text.delta", "text": "..."}`: more text, any size up to SYNC_MAX_CHARS. Each
+  sentence is spoken as soon as it ends; one that runs past 200 characters gives up its
+  clauses first.
+- `{"type": "text.flush"}`: speak what is held now, ended or not.
+- `{"type": "session.close"}`: speak what is held, send `done`, and close (1000).
+
+The server sends, in order:
+
+- `{"type": "session.ready", "model", "voice"}`: the configuration was taken.
+- `{"type": "sentence.start", "index", "text", "start_seconds", "sample_rate"}`: a
+  sentence's audio follows; where it starts in the session's audio, and its rate.
+- binary frames: that sentence's audio, 16-bit little-endian mono PCM.
+- `{"type": "sentence.end", "index", "end_seconds"}`: its audio is all sent.
+- `{"type": "done", "sentences", "characters", "audio_seconds"}`: after `session.close`.
+- `{"type": "error", "error": {...}}`: OpenAI's error object; the socket then closes.
+
+Close codes: 1000 after `done`; 1008 a bad or unauthenticated message, or a limit
+(LIVE_MAX_CHARS in a session, LIVE_IDLE_SECONDS without a message, LIVE_SESSION_SECONDS
+in all); 1009 a text frame over SYNC_MAX_CHARS; 1011 the engine failed or the worker went
+silent mid-sentence (`worker_lost`); 1013 no worker took a sentence in time.
+"""
+
+
+class LiveConfig(SpeechFields):
+    """`session.config`: the sync speech fields, PCM out."""
+
+    type: Literal["session.config"]
+    """The message's type."""
+    response_format: Literal["pcm"] = "pcm"
+    """The audio sent: 16-bit little-endian mono PCM."""
+
+
+class Closed(Exception):
+    """The session ends: send `error` (if any) and close with `code`."""
+
+    def __init__(self, code: int, error: ApiError | None = None) -> None:
+        super().__init__(code)
+        self.code, self.error = code, error
+
+
+def _refuse(code: str, message: str, close: int) -> Closed:
+    """The session ends on a client's mistake or a limit: an error, then `close`."""
+    return Closed(close, ApiError(400, message, code=code))
+
+
+@router.websocket("/v1/audio/speech/stream")
+async def speech_stream(websocket: WebSocket, state: StateDep) -> None:
+    """Speak text streamed in over a WebSocket (the protocol is in the API reference)."""
+    await websocket.accept()
+    try:
+        owner = await get_owner(websocket, state)
+        config, payload = await _configure(websocket, state, owner)
+        await websocket.send_json({"type": "session.ready", "model": payload["model"],
+                                   "voice": payload["voice"]})
+        await _session(websocket, state, config, payload)
+    except Closed as closed:
+        await _close(websocket, closed.code, closed.error)
+    except ApiError as error:  # authentication, rate limits
+        await _close(websocket, POLICY, error)
+    except WebSocketDisconnect:
+        return
+
+
+async def _close(websocket: WebSocket, code: int, error: ApiError | None) -> None:
+    with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+        if error is not None:
+            await websocket.send_json({"type": "error", "error": {
+                "message": error.message, "type": error.type, "param": error.param,
+                "code": error.code}})
+        await websocket.close(code, (error.message if error else "")[:120])
+
+
+async def _receive(websocket: WebSocket, state: State, seconds: float) -> dict[str, Any]:
+    """The client's next message, bounded in size and time."""
+    try:
+        with anyio.fail_after(seconds):
+            text = await websocket.receive_text()
+    except TimeoutError:
+        raise _refuse("session_idle", f"no message for {seconds:g} s", POLICY) from None
+    except KeyError:  # a binary frame
+        raise _refuse("invalid_value", "messages are JSON text frames", POLICY) from None
+    if len(text) > state.settings.sync_max_chars + 1024:
+        raise _refuse("input_too_long", f"a message holds at most "
+                     f"{state.settings.sync_max_chars} characters of text", TOO_BIG)
+    try:
+        message = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise _refuse("invalid_json", "a message is not JSON", POLICY) from None
+    if not isinstance(message, dict):
+        raise _refuse("invalid_value", "a message is a JSON object with a type", POLICY)
+    return message
+
+
+async def _configure(websocket: WebSocket, state: State, owner: str
+                     ) -> tuple[LiveConfig, dict[str, Any]]:
+    """Read `session.config`; return it and the sync request payload it makes."""
+    message = await _receive(websocket, state, state.settings.live_idle_seconds)
+    try:
+        config = LiveConfig.model_validate(message)
+    except ValidationError as exc:
+        where = ".".join(str(p) for p in exc.errors()[0]["loc"])
+        raise _refuse("invalid_value", f"session.config first: {where}: "
+                     f"{exc.errors()[0]['msg']}", POLICY) from None
+    try:
+        models = await state.catalogue.models()
+        async with state.sessions() as session:
+            model, voice = resolve(config, models, await uploaded_voices(session, owner, models))
+            _, lexicon = await named_lexicons(session, owner, config.lexicons, model)
+    except ApiError as error:
+        raise Closed(TRY_LATER if error.status_code == 503 else POLICY, error) from None
+    payload = {"model": model.id, "voice": voice.id, "response_format": "pcm",
+               "speed": config.speed, "stream": True, **config.extras()} | (
+        {"lexicon": lexicon} if lexicon else {})
+    return config, payload
+
+
+async def _session(websocket: WebSocket, state: State, config: LiveConfig,
+                   payload: dict[str, Any]) -> None:
+    """Read text and speak it side by side until `session.close`, a limit or a failure."""
+    sentences: asyncio.Queue[str | None] = asyncio.Queue()
+    totals = {"sentences": 0, "characters": 0, "samples": 0, "rate": 0}
+    reader = asyncio.create_task(
+        _read_all(websocket, state, SentenceBuffer(config.language or "en"), sentences))
+    speaker = asyncio.create_task(_speak_all(websocket, state, payload, sentences, totals))
+    try:  # the first failure of either ends the session; else the speaker finishes
+        done, _ = await asyncio.wait({reader, speaker}, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
+        await speaker
+    finally:
+        for task in (reader, speaker):
+            task.cancel()
+    rate = totals["rate"] or 1
+    await websocket.send_json({"type": "done", "sentences": totals["sentences"],
+                               "characters": totals["characters"],
+                               "audio_seconds": round(totals["samples"] / rate, 3)})
+    await websocket.close(1000)
+
+
+async def _read_all(websocket: WebSocket, state: State, text: SentenceBuffer,
+                    sentences: asyncio.Queue[str | None]) -> None:
+    """Feed the client's text to the buffer and queue what it completes; None ends it."""
+    limits, taken = state.settings, 0
+    deadline = time.monotonic() + limits.live_session_seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _refuse("session_too_long", f"a session lasts at most "
+                         f"{limits.live_session_seconds:g} s", POLICY)
+        message = await _receive(websocket, state, min(limits.live_idle_seconds, left))
+        kind = message.get("type")
+        if kind == "text.delta":
+            delta = message.get("text")
+            if not isinstance(delta, str):
+                raise _refuse("invalid_value", "text.delta: `text` is a string", POLICY)
+            if len(delta) > limits.sync_max_chars:
+                raise _refuse("input_too_long", "text.delta: `text` holds at most "
+                              f"{limits.sync_max_chars} characters", TOO_BIG)
+            taken += len(delta)
+            if taken > limits.live_max_chars:
+                raise _refuse("input_too_long", f"a session takes at most "
+                             f"{limits.live_max_chars} characters", POLICY)
+            done = await anyio.to_thread.run_sync(text.feed, delta)  # pysbd: off the loop
+        elif kind in ("text.flush", "session.close"):
+            done = await anyio.to_thread.run_sync(text.flush)
+        else:
+            raise _refuse("invalid_value", f"unknown message type {kind!r}", POLICY)
+        for sentence in done:
+            sentences.put_nowait(sentence)
+        if kind == "session.close":
+            sentences.put_nowait(None)
+            return
+
+
+async def _speak_all(websocket: WebSocket, state: State, payload: dict[str, Any],
+                     sentences: asyncio.Queue[str | None], totals: dict[str, int]) -> None:
+    """Speak the queued sentences in order until None."""
+    while (sentence := await sentences.get()) is not None:
+        spoken = strip_pauses(sentence).strip()
+        if spoken:
+            await _speak(websocket, state, payload, spoken, totals)
+
+
+async def _speak(websocket: WebSocket, state: State, payload: dict[str, Any], sentence: str,
+                 totals: dict[str, int]) -> None:
+    """One sentence through a worker's realtime lane, its frames forwarded as they come."""
+    request_id = f"live-{uuid.uuid4().hex}"
+    timeout, silence = state.settings.sync_timeout_seconds, state.settings.sync_silence_seconds
+    state.celery.send_task(SPEAK, args=[payload | {"request_id": request_id, "input": sentence,
+                                                   "sent_at": time.time()}],
+                           queue=model_queues(payload["model"])[0], expires=timeout)
+    index, start, started = totals["sentences"], totals["samples"], False
+    try:
+        async for message in streaming.listen(state.channel, request_id, timeout, silence):
+            if message.kind == "error":
+                raise Closed(LOST, streaming.engine_error(message))
+            if not started and message.kind in ("meta", "data"):
+                rate = int(message.meta.get("sample_rate") or totals["rate"])
+                totals["rate"], started = rate, True
+                await websocket.send_json({"type": "sentence.start", "index": index,
+                                           "text": sentence, "sample_rate": rate,
+                                           "start_seconds": round(start / rate, 3)})
+            if message.kind == "data":
+                await websocket.send_bytes(message.data)
+                totals["samples"] += len(message.data) // 2
+            elif message.kind == "end":
+                break
+    except ChannelTimeout:
+        raise (Closed(LOST, streaming.worker_lost(silence)) if started
+               else Closed(TRY_LATER, streaming.no_worker(timeout))) from None
+    totals["sentences"] += 1
+    totals["characters"] += len(sentence)
+    await websocket.send_json({"type": "sentence.end", "index": index, "end_seconds": round(
+        totals["samples"] / (totals["rate"] or 1), 3)})

@@ -1,0 +1,156 @@
+"""`WS /v1/audio/speech/stream` against real API and worker processes (Postgres, Redis,
+Piper): text sent in small deltas comes back as each sentence's PCM, in order, between its
+events; flush speaks what does not end; keys, bad messages and limits close the socket with
+an error and a close code."""
+
+import json
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from core.live_text import SentenceBuffer
+from tests.support import Stack
+
+TEXT = ("The boats came in at dawn. Gulls followed them over the water, calling. "
+        "By noon the market was full! Was it ever this busy before? ")
+
+
+def _ws(stack: Stack, **headers: str) -> ClientConnection:
+    url = stack.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    return connect(url, additional_headers=headers, open_timeout=30, max_size=None)
+
+
+def _events(ws: ClientConnection, events: list[dict[str, Any]] | None = None
+            ) -> tuple[list[dict[str, Any]], dict[int, bytes]]:
+    """Everything the server sends until it closes (after `events`, those read already):
+    events, and the audio of each sentence."""
+    events = list(events or [])
+    audio: dict[int, bytes] = {}
+    try:
+        while True:
+            frame = ws.recv(timeout=120)
+            if isinstance(frame, bytes):
+                assert events[-1]["type"] == "sentence.start"  # audio only inside a sentence
+                index = events[-1]["index"]
+                audio[index] = audio.get(index, b"") + frame
+            else:
+                events.append(json.loads(frame))
+    except ConnectionClosed:
+        return events, audio
+
+
+def test_text_in_deltas_comes_back_sentence_by_sentence(local_stack: Stack) -> None:
+    with _ws(local_stack) as ws:
+        ws.send(json.dumps({"type": "session.config", "voice": "joe"}))
+        for at in range(0, len(TEXT), 7):  # as an LLM writes it, a few characters at a time
+            ws.send(json.dumps({"type": "text.delta", "text": TEXT[at:at + 7]}))
+        ws.send(json.dumps({"type": "text.delta", "text": "And one more without an end"}))
+        ws.send(json.dumps({"type": "session.close"}))
+        events, audio = _events(ws)
+        assert ws.close_code == 1000
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "session.ready"
+    assert kinds[-1] == "done"
+    starts = [e for e in events if e["type"] == "sentence.start"]
+    ends = [e for e in events if e["type"] == "sentence.end"]
+    assert [e["text"] for e in starts] == [
+        "The boats came in at dawn.", "Gulls followed them over the water, calling.",
+        "By noon the market was full!", "Was it ever this busy before?",
+        "And one more without an end"]
+    assert [e["index"] for e in starts] == [e["index"] for e in ends] == list(range(5))
+    rate = starts[0]["sample_rate"]
+    assert rate == 22050
+    position = 0.0
+    for start, end in zip(starts, ends, strict=True):  # each sentence where the last ended
+        assert start["start_seconds"] == pytest.approx(position, abs=0.002)
+        seconds = len(audio[start["index"]]) / 2 / rate
+        assert seconds > 0.5
+        assert end["end_seconds"] == pytest.approx(position + seconds, abs=0.002)
+        position = end["end_seconds"]
+    done = events[-1]
+    assert done["sentences"] == 5
+    assert done["audio_seconds"] == pytest.approx(position, abs=0.002)
+    assert done["characters"] == sum(len(e["text"]) for e in starts)
+
+
+def test_flush_speaks_what_does_not_end(local_stack: Stack) -> None:
+    with _ws(local_stack) as ws:
+        ws.send(json.dumps({"type": "session.config"}))
+        ws.send(json.dumps({"type": "text.delta", "text": "Mister Smith is"}))
+        ws.send(json.dumps({"type": "text.flush"}))
+        first = [json.loads(ws.recv(timeout=60)) for _ in range(2)]
+        assert [e["type"] for e in first] == ["session.ready", "sentence.start"]
+        assert first[1]["text"] == "Mister Smith is"
+        ws.send(json.dumps({"type": "session.close"}))
+        events, _ = _events(ws, first)
+    assert events[-1]["type"] == "done"
+    assert events[-1]["sentences"] == 1
+
+
+@pytest.mark.parametrize(("messages", "code", "error"), [
+    ([{"type": "text.delta", "text": "No config first."}], 1008, "invalid_value"),
+    ([{"type": "session.config", "voice": "nobody"}], 1008, "voice_not_found"),
+    ([{"type": "session.config", "response_format": "mp3"}], 1008, "invalid_value"),
+    ([{"type": "session.config"}, {"type": "text.delta", "text": "x" * 5000}], 1009,
+     "input_too_long"),
+    ([{"type": "session.config"}, {"type": "dance"}], 1008, "invalid_value"),
+    (["not json"], 1008, "invalid_json"),
+])
+def test_bad_messages_end_the_session_with_an_error(local_stack: Stack,
+                                                    messages: list[Any], code: int,
+                                                    error: str) -> None:
+    with _ws(local_stack) as ws:
+        for message in messages:
+            ws.send(message if isinstance(message, str) else json.dumps(message))
+        events, _ = _events(ws)
+        assert ws.close_code == code
+    assert events[-1]["type"] == "error"
+    assert events[-1]["error"]["code"] == error
+
+
+@pytest.fixture(scope="module")
+def keyed_stack(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Any:
+    import redis
+
+    from tests.conftest import base_env, redis_url
+    from tests.support import start_stack
+
+    redis.Redis.from_url(redis_url(8)).flushdb()
+    tmp = tmp_path_factory.mktemp("live-keyed")
+    stack = start_stack(tmp, base_env(tmp, database_url, 8) | {"NARRATOR_API_KEYS": "sesame"})
+    yield stack
+    stack.stop()
+
+
+def test_a_keyed_server_wants_the_key(keyed_stack: Stack) -> None:
+    with _ws(keyed_stack) as ws:
+        events, _ = _events(ws)
+        assert ws.close_code == 1008
+    assert events[-1]["error"]["code"] == "missing_api_key"
+    with _ws(keyed_stack, Authorization="Bearer sesame") as ws:
+        ws.send(json.dumps({"type": "session.config"}))
+        ws.send(json.dumps({"type": "text.delta", "text": "With the key. "}))
+        ws.send(json.dumps({"type": "session.close"}))
+        events, audio = _events(ws)
+        assert ws.close_code == 1000
+    assert events[-1] == {"type": "done", "sentences": 1, "characters": 13,
+                          "audio_seconds": pytest.approx(len(audio[0]) / 2 / 22050, abs=0.002)}
+
+
+def test_the_sentence_buffer_waits_for_what_ends_a_sentence() -> None:
+    text = SentenceBuffer()
+    assert text.feed("Hello there. Mr. ") == ["Hello there."]  # "Mr. " may go on
+    assert text.feed("Smith came. ") == ["Mr. Smith came."]
+    assert text.feed("No end yet") == []
+    assert text.flush() == ["No end yet"]
+    long = SentenceBuffer(long=40)
+    assert long.feed("It went on, and on, and on, and on without a stop, and then") == [
+        "It went on, and on, and on,"]  # clauses packed to 40 characters; the last waits
+    assert long.flush() == ["and on without a stop, and then"]
+    words = SentenceBuffer(long=40, most=60)
+    cut = words.feed("word " * 30)  # no clause breaks: cut between words past `most`
+    assert cut
+    assert all(len(piece) <= 60 for piece in cut)
+    assert " ".join(cut + words.flush()).split() == ["word"] * 30
