@@ -83,17 +83,21 @@ def python_blocks(page: str) -> list[str]:
 def test_the_speech_guides_examples_run(local_stack: Stack, tmp_path: Path,
                                         monkeypatch: Any) -> None:
     """Each Python example of the sync and streaming guide, as written, against a real stack
-    (only the address changed): a whole WAV, streamed PCM, and server-sent events."""
+    (only the address changed): a whole WAV, streamed PCM, server-sent events, and text
+    streamed in over the WebSocket."""
     monkeypatch.chdir(tmp_path)
     blocks = python_blocks("guides/speech.md")
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     spaces: list[dict[str, Any]] = [{} for _ in blocks]
+    socket = local_stack.url.replace("http://", "ws://")
     for block, space in zip(blocks, spaces, strict=True):
-        exec(block.replace("http://127.0.0.1:8000", local_stack.url), space)
+        exec(block.replace("http://127.0.0.1:8000", local_stack.url)
+             .replace("ws://127.0.0.1:8000", socket), space)
     assert (tmp_path / "hello.wav").read_bytes()[:4] == b"RIFF"
     assert spaces[1]["rate"] == 22050
     assert (tmp_path / "streamed.pcm").stat().st_size / 2 / 22050 > 0.5
     assert len(spaces[2]["pcm"]) / 2 / 22050 > 0.5
+    assert len(spaces[3]["pcm"]) / 2 / 22050 > 1.0  # two sentences from five tokens
 
 
 def test_the_webhook_guides_check_accepts_narrators_signature_only() -> None:
