@@ -1,7 +1,7 @@
 """Listening while a book is made, as a user meets it: `narrator serve` (embedded defaults,
 Piper) over HTTP.
 
-    python -m bench.live [--segments 300] [--runs 3] [--watch 60]
+    python -m bench.live [--segments 300] [--runs 3] [--watch 60] [--ws-seconds 180]
 
 Each run submits an MP3 book of about `--segments` segments and polls its `stream_url`
 every 0.1 s: the time from the submit to the first fragment that is listed and downloads
@@ -9,18 +9,28 @@ every 0.1 s: the time from the submit to the first fragment that is listed and d
 alone needs). Then, for `--watch` seconds, it checks that the stream stays ahead of a
 listener who began at that first fragment: the audio listed minus the time since (the
 smallest lead is reported; below zero, playback would have starved). The job is then
-cancelled. Writes bench/results/live.json.
+cancelled.
 
-Leaves out: the console's player, and text streamed in (not built yet).
+Then text streamed in (`WS /v1/audio/speech/stream`): a session sends a token (a word and
+its space) every `--token-ms` (30) ms for `--ws-seconds`, as an LLM writes. For each
+sentence it records the time from sending the token that ended it to its first audio byte,
+and, from the first audio on, whether playback would have starved: the audio received minus
+the time since the first byte (the smallest lead is reported). Writes
+bench/results/live.json.
+
+Leaves out: the console's players.
 """
 
 import argparse
+import json
 import statistics
+import threading
 import time
 from typing import Any
 
 import httpx
 import m3u8
+from websockets.sync.client import connect
 
 from bench.common import save, served, table
 from bench.fairness import book
@@ -59,6 +69,53 @@ def run(http: httpx.Client, segments: int, watch: float) -> dict[str, Any]:
             ["total"], "segments_done_at_end": status["segments"]["done"]}
 
 
+def session(url: str, seconds: float, token_ms: float) -> dict[str, Any]:
+    """One WebSocket session fed a token every `token_ms` for `seconds` (see the docstring)."""
+    words = book(400, "Live").split(" ")
+    ended: dict[int, float] = {}  # sentence index -> when the token that ended it was sent
+    lock = threading.Lock()
+    with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream",
+                 max_size=None) as ws:
+        ws.send(json.dumps({"type": "session.config"}))
+
+        def write() -> None:
+            sentences, start, n = 0, time.monotonic(), 0
+            while time.monotonic() - start < seconds:
+                word = words[n % len(words)]
+                ws.send(json.dumps({"type": "text.delta", "text": word + " "}))
+                if word.endswith((".", "!", "?")):
+                    with lock:
+                        ended[sentences] = time.monotonic()
+                    sentences += 1
+                n += 1
+                time.sleep(token_ms / 1000)
+            ws.send(json.dumps({"type": "session.close"}))
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        first_audio: dict[int, float] = {}
+        received, began, lead, rate, index = 0, 0.0, float("inf"), 0, -1
+        for frame in ws:
+            now = time.monotonic()
+            if isinstance(frame, bytes):
+                if index not in first_audio:
+                    first_audio[index] = now
+                began = began or now
+                lead = min(lead, received / 2 / rate - (now - began)) if received else lead
+                received += len(frame)
+                continue
+            event = json.loads(frame)
+            if event["type"] == "sentence.start":
+                index, rate = event["index"], event["sample_rate"]
+            elif event["type"] == "done":
+                done = event
+        writer.join()
+    waits = [first_audio[n] - ended[n] for n in sorted(first_audio) if n in ended]
+    return {"sentences": done["sentences"], "audio_seconds": done["audio_seconds"],
+            "first_audio_after_sentence_ms": [round(w * 1000, 1) for w in waits],
+            "smallest_lead_s": lead if lead != float("inf") else None}
+
+
 def main() -> None:
     """Run the books and print one table."""
     parser = argparse.ArgumentParser(description=__doc__,
@@ -66,9 +123,12 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--watch", type=float, default=60.0)
+    parser.add_argument("--ws-seconds", type=float, default=180.0)
+    parser.add_argument("--token-ms", type=float, default=30.0)
     args = parser.parse_args()
     with served() as url, httpx.Client(base_url=url, timeout=60) as http:
         runs = [run(http, args.segments, args.watch) for _ in range(args.runs)]
+        live = session(url, args.ws_seconds, args.token_ms)
     rows = [[n + 1, f"{r['first_segment_s']:.2f} s", f"{r['first_fragment_s']:.2f} s",
              f"{r['smallest_lead_s']:.1f} s", f"{r['segments_done_at_end']} of "
              f"{r['segments_total']}"] for n, r in enumerate(runs)]
@@ -76,7 +136,18 @@ def main() -> None:
     print(table(["run", "first segment done", "first playable fragment",
                  f"smallest lead over {args.watch:.0f} s", "segments done"], rows))
     print(f"median submit -> playable first fragment: {median:.2f} s")
-    save("live", {"args": vars(args), "runs": runs, "median_first_fragment_s": median})
+    waits = live["first_audio_after_sentence_ms"]
+    print(table(["text streamed in", "result"], [
+        ["session", f"{args.ws_seconds:.0f} s, a token every {args.token_ms:.0f} ms: "
+                    f"{live['sentences']} sentences, {live['audio_seconds']:.1f} s of audio"],
+        ["end of a sentence's text -> its first audio (p50 / p90 / max)",
+         f"{statistics.median(waits):.0f} / {statistics.quantiles(waits, n=10)[-1]:.0f} / "
+         f"{max(waits):.0f} ms" if len(waits) > 1 else "too few sentences"],
+        ["first sentence", f"{waits[0]:.0f} ms" if waits else "none"],
+        ["smallest lead of audio over playback", f"{live['smallest_lead_s']:.1f} s"
+         if live["smallest_lead_s"] is not None else "no audio"]]))
+    save("live", {"args": vars(args), "runs": runs, "median_first_fragment_s": median,
+                  "text_in": live})
 
 
 if __name__ == "__main__":

@@ -334,3 +334,31 @@ def test_a_recycled_worker_loses_no_segment_and_runs_none_twice(
     runs = [json.loads(line)["segment"] for line in log.splitlines()
             if line.startswith("{") and '"segment.done"' in line and key in line]
     assert sorted(runs) == list(range(8))
+
+
+def test_a_live_session_whose_worker_dies_closes_within_seconds(stack: Stack) -> None:
+    """`WS /v1/audio/speech/stream`: the worker speaking a sentence is killed; the session
+    gets a `worker_lost` error and close code 1011 within the silence limit (defaults)."""
+    import json
+
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    words = ("the harbour was quiet and the boats rocked slowly at their moorings " * 15)[:900]
+    url = stack.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    events = []
+    with connect(url, open_timeout=30, max_size=None) as ws:
+        ws.send(json.dumps({"type": "session.config"}))
+        ws.send(json.dumps({"type": "text.delta", "text": words}))  # one piece, no end
+        ws.send(json.dumps({"type": "text.flush"}))
+        killed = _kill_worker_when_speaking(stack)
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                frame = ws.recv(timeout=60)
+                if isinstance(frame, str):
+                    events.append(json.loads(frame))
+        waited = time.monotonic() - killed
+        assert ws.close_code == 1011
+    assert events[-1]["type"] == "error"
+    assert events[-1]["error"]["code"] == "worker_lost"
+    assert waited <= SILENCE_SECONDS + 5, waited
