@@ -154,3 +154,36 @@ def test_the_sentence_buffer_waits_for_what_ends_a_sentence() -> None:
     assert cut
     assert all(len(piece) <= 60 for piece in cut)
     assert " ".join(cut + words.flush()).split() == ["word"] * 30
+
+
+def test_the_clients_speak_live(local_stack: Stack) -> None:
+    """Narrator.speak_live and AsyncNarrator.speak_live: tokens in, audio and events out."""
+    import asyncio
+
+    from narrator.client import AsyncNarrator, BadRequest, Narrator
+
+    tokens = ["The boats ", "came in ", "at dawn. ", "Gulls ", "followed them."]
+    with Narrator(local_stack.url) as tts:
+        pieces = list(tts.speak_live(iter(tokens), voice="joe"))
+        with pytest.raises(BadRequest) as refused:
+            list(tts.speak_live(["Hello."], voice="nobody"))
+    assert refused.value.code == "voice_not_found"
+    events = [p for p in pieces if isinstance(p, dict)]
+    audio = b"".join(p for p in pieces if isinstance(p, bytes))
+    assert [e["text"] for e in events if e["type"] == "sentence.start"] == [
+        "The boats came in at dawn.", "Gulls followed them."]
+    assert events[-1]["type"] == "done"
+    assert events[-1]["audio_seconds"] == pytest.approx(len(audio) / 2 / 22050, abs=0.002)
+
+    async def tokens_as_written() -> Any:
+        for token in tokens:
+            await asyncio.sleep(0.03)
+            yield token
+
+    async def speak() -> list[Any]:
+        async with AsyncNarrator(local_stack.url) as tts:
+            return [p async for p in tts.speak_live(tokens_as_written())]
+
+    sent = asyncio.run(speak())
+    assert [p["type"] for p in sent if isinstance(p, dict)][-1] == "done"
+    assert sum(len(p) for p in sent if isinstance(p, bytes)) > 22050  # over half a second

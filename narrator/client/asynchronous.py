@@ -1,13 +1,16 @@
 """The async client."""
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 
+from narrator.client import live
 from narrator.client.errors import Job
 from narrator.client.requests import (
     Progress,
@@ -84,6 +87,37 @@ class AsyncNarrator:
                 yield chunk
         finally:
             await response.aclose()
+
+    async def speak_live(self, text: Iterable[str] | AsyncIterable[str], *,
+                         voice: str | None = None, model: str | None = None,
+                         **fields: Any) -> AsyncIterator[live.Piece]:
+        """`Narrator.speak_live`, awaited: `text` may be an async iterable (an LLM's stream);
+        it is sent from a task of its own while the audio and events are yielded."""
+        from websockets.asyncio.client import connect
+
+        headers = {"Authorization": self._http.headers["authorization"]} \
+            if "authorization" in self._http.headers else {}
+        async with connect(live.socket_url(str(self._http.base_url)),
+                           additional_headers=headers, max_size=None) as socket:
+            await socket.send(live.config(voice, model, fields))
+
+            async def write() -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    if isinstance(text, AsyncIterable):
+                        async for piece in text:
+                            await socket.send(live.delta(piece))
+                    else:
+                        for piece in text:
+                            await socket.send(live.delta(piece))
+                    await socket.send(live.CLOSE)
+
+            writer = asyncio.create_task(write())
+            try:
+                with contextlib.suppress(ConnectionClosedOK):
+                    async for frame in socket:
+                        yield live.received(frame)
+            finally:
+                writer.cancel()
 
     async def submit(self, source: str | Path | None = None, *,
                      chapters: list[dict[str, Any]] | None = None, cover: str | Path | None = None,

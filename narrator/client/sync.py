@@ -1,12 +1,16 @@
 """The sync client."""
 
+import contextlib
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 
+from narrator.client import live
 from narrator.client.errors import Conflict, Job
 from narrator.client.requests import (
     Progress,
@@ -84,6 +88,33 @@ class Narrator:
             yield from response.iter_bytes()
         finally:
             response.close()
+
+    def speak_live(self, text: Iterable[str], *, voice: str | None = None,
+                   model: str | None = None, **fields: Any) -> Iterator[live.Piece]:
+        """Speak text as it is written (`text`: its pieces, such as an LLM's tokens) over the
+        WebSocket: yield each sentence's audio (bytes, 16-bit mono PCM) between its
+        `sentence.start` and `sentence.end` events (dicts), then `done`. The pieces are sent
+        from a thread as `text` yields them; an error event raises its NarratorError."""
+        from websockets.sync.client import connect
+
+        headers = {"Authorization": self._http.headers["authorization"]} \
+            if "authorization" in self._http.headers else {}
+        with connect(live.socket_url(str(self._http.base_url)), additional_headers=headers,
+                     max_size=None) as socket:
+            socket.send(live.config(voice, model, fields))
+
+            def write() -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    for piece in text:
+                        socket.send(live.delta(piece))
+                    socket.send(live.CLOSE)
+
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            with contextlib.suppress(ConnectionClosedOK):
+                for frame in socket:
+                    yield live.received(frame)
+            writer.join()
 
     def submit(self, source: str | Path | None = None, *,
                chapters: list[dict[str, Any]] | None = None, cover: str | Path | None = None,
