@@ -11,6 +11,7 @@ words), so a hostile stream cannot make it quadratic.
 """
 
 import re
+from typing import Any
 
 from core.text import clauses, sentences
 
@@ -76,3 +77,16 @@ class SentenceBuffer:
             self._text = text[cut:].lstrip()
             return [text[:cut].strip()]
         return []
+
+
+def estimated_words(sentence: str, start: float, seconds: float) -> list[dict[str, Any]]:
+    """Word times of a spoken sentence shared out by letter count over its audio (`start`
+    and `seconds` in the stream): an estimate, not where the engine put each word."""
+    words = sentence.split()
+    weights = [max(1, sum(c.isalnum() for c in word)) for word in words]
+    total, at, out = sum(weights), start, []
+    for word, weight in zip(words, weights, strict=True):
+        span = seconds * weight / total
+        out.append({"word": word, "start": round(at, 3), "end": round(at + span, 3)})
+        at += span
+    return out

@@ -69,6 +69,13 @@ def test_text_in_deltas_comes_back_sentence_by_sentence(local_stack: Stack) -> N
         assert seconds > 0.5
         assert end["end_seconds"] == pytest.approx(position + seconds, abs=0.002)
         position = end["end_seconds"]
+    words = [e for e in events if e["type"] == "words"]
+    assert [e["index"] for e in words] == list(range(5))
+    for word_event, start, end in zip(words, starts, ends, strict=True):
+        assert word_event["estimated"] is True
+        assert " ".join(w["word"] for w in word_event["words"]) == start["text"]
+        assert word_event["words"][0]["start"] == pytest.approx(start["start_seconds"], abs=0.002)
+        assert word_event["words"][-1]["end"] == pytest.approx(end["end_seconds"], abs=0.002)
     done = events[-1]
     assert done["sentences"] == 5
     assert done["audio_seconds"] == pytest.approx(position, abs=0.002)

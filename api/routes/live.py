@@ -29,7 +29,7 @@ from api.schemas import SpeechFields
 from api.state import State, StateDep, get_owner
 from api.validation import resolve
 from core.channel import ChannelTimeout
-from core.live_text import SentenceBuffer
+from core.live_text import SentenceBuffer, estimated_words
 from core.queues import SPEAK, model_queues
 from core.text import strip_pauses
 
@@ -58,6 +58,9 @@ The server sends, in order:
 - `{"type": "sentence.start", "index", "text", "start_seconds", "sample_rate"}`: a
   sentence's audio follows; where it starts in the session's audio, and its rate.
 - binary frames: that sentence's audio, 16-bit little-endian mono PCM.
+- `{"type": "words", "index", "estimated": true, "words": [{"word", "start", "end"}]}`: its
+  words' times in the session's audio, shared out by letter count (an estimate: where the
+  engine put each word is not reported yet).
 - `{"type": "sentence.end", "index", "end_seconds"}`: its audio is all sent.
 - `{"type": "done", "sentences", "characters", "audio_seconds"}`: after `session.close`.
 - `{"type": "error", "error": {...}}`: OpenAI's error object; the socket then closes.
@@ -258,5 +261,9 @@ async def _speak(websocket: WebSocket, state: State, payload: dict[str, Any], se
                else Closed(TRY_LATER, streaming.no_worker(timeout))) from None
     totals["sentences"] += 1
     totals["characters"] += len(sentence)
-    await websocket.send_json({"type": "sentence.end", "index": index, "end_seconds": round(
-        totals["samples"] / (totals["rate"] or 1), 3)})
+    rate = totals["rate"] or 1
+    await websocket.send_json({"type": "words", "index": index, "estimated": True,
+                               "words": estimated_words(sentence, start / rate,
+                                                        (totals["samples"] - start) / rate)})
+    await websocket.send_json({"type": "sentence.end", "index": index,
+                               "end_seconds": round(totals["samples"] / rate, 3)})
