@@ -152,10 +152,19 @@ async def get_owner(request: HTTPConnection, state: StateDep) -> str:
 OwnerDep = Annotated[str, Depends(get_owner)]
 
 
+KEY_PROTOCOL = "narrator.bearer."  # a browser's WebSocket sends its key as a subprotocol
+
+
 def bearer(request: HTTPConnection) -> str:
-    """Return the request's bearer token, or ''."""
+    """Return the request's bearer token, or ''. A WebSocket from a browser, which cannot
+    set headers, may offer the subprotocol `narrator.bearer.<key>` instead."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
+    if scheme.lower() == "bearer":
+        return token.strip()
+    for offered in request.headers.get("sec-websocket-protocol", "").split(","):
+        if offered.strip().startswith(KEY_PROTOCOL):
+            return offered.strip().removeprefix(KEY_PROTOCOL)
+    return ""
 
 
 async def metrics_access(request: Request, state: StateDep) -> None:

@@ -530,3 +530,29 @@ def test_a_keyed_servers_stream_is_heard_with_the_key(browser: WebDriver,
     until(browser, lambda d: Select(d.find_element(By.ID, "speak-voice")).options)
     _listens_while_it_runs(browser, keyed.url)
     browser.execute_script("sessionStorage.removeItem('narrator-api-key');")
+
+
+def _types_and_hears(browser: WebDriver) -> None:
+    """Type into "Type and hear": the first sentence is spoken once it ends, the rest on
+    "Speak the rest" (WS /v1/audio/speech/stream, as typed)."""
+    box = browser.find_element(By.ID, "live-text")
+    box.send_keys("The boats came in at dawn. Gulls followed")
+    until(browser, lambda d: text_of(d, "live-said") == "Speaking: The boats came in at dawn.")
+    box.send_keys(" them home")
+    browser.find_element(By.ID, "live-done").click()
+    until(browser, lambda d: text_of(d, "live-said").startswith("Spoken: 2 sentence(s)"))
+    assert not shown(browser, "error")
+
+
+def test_typed_text_is_heard_sentence_by_sentence(browser: WebDriver, served: str) -> None:
+    open_console(browser, served, "speak")
+    _types_and_hears(browser)
+
+
+def test_typed_text_on_a_keyed_server(browser: WebDriver, keyed: Stack) -> None:
+    """The console's key goes with the WebSocket as a subprotocol (browsers set no headers)."""
+    browser.get(f"{keyed.url}/#speak")
+    until(browser, lambda d: d.find_element(By.ID, "key-dialog").is_displayed())
+    browser.find_element(By.ID, "key-input").send_keys("sesame" + Keys.ENTER)
+    until(browser, lambda d: Select(d.find_element(By.ID, "speak-voice")).options)
+    _types_and_hears(browser)

@@ -218,41 +218,106 @@ function wavFile(chunks, rate) {
   return new Blob([view.buffer, ...chunks], { type: "audio/wav" });
 }
 
+// 16-bit mono PCM played as it arrives: each piece scheduled right after the one before.
+class PcmPlayer {
+  constructor(rate) {
+    this.rate = rate;
+    this.context = new AudioContext({ sampleRate: rate });
+    this.at = this.context.currentTime + 0.05;
+    this.carry = new Uint8Array(0);
+    this.chunks = [];
+  }
+
+  get seconds() { return this.chunks.reduce((n, c) => n + c.length, 0) / 2 / this.rate; }
+
+  play(value) {
+    const data = new Uint8Array(this.carry.length + value.length);
+    data.set(this.carry); data.set(value, this.carry.length);
+    const usable = data.length - (data.length % 2);
+    this.carry = data.slice(usable);
+    if (!usable) return;
+    const pcm = data.slice(0, usable);
+    this.chunks.push(pcm);
+    const samples = new Int16Array(pcm.buffer);
+    const buffer = this.context.createBuffer(1, samples.length, this.rate);
+    buffer.getChannelData(0).set(Float32Array.from(samples, (s) => s / 32768));
+    const source = this.context.createBufferSource();
+    source.buffer = buffer;
+    source.connect(this.context.destination);
+    this.at = Math.max(this.at, this.context.currentTime);
+    source.start(this.at);
+    this.at += buffer.duration;
+  }
+}
+
 async function speakStreamed(body) {
   const response = await api("/v1/audio/speech", {
     method: "POST", json: { ...body, response_format: "pcm", stream_format: "audio" } });
-  const rate = Number(response.headers.get("X-Sample-Rate"));
-  const context = new AudioContext({ sampleRate: rate });
+  const player = new PcmPlayer(Number(response.headers.get("X-Sample-Rate")));
   const reader = response.body.getReader();
-  const chunks = [];
-  let carry = new Uint8Array(0);
-  let at = context.currentTime + 0.05;
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
-    const data = new Uint8Array(carry.length + value.length);
-    data.set(carry); data.set(value, carry.length);
-    const usable = data.length - (data.length % 2);
-    carry = data.slice(usable);
-    if (!usable) continue;
-    const pcm = data.slice(0, usable);
-    chunks.push(pcm);
-    const samples = new Int16Array(pcm.buffer);
-    const buffer = context.createBuffer(1, samples.length, rate);
-    buffer.getChannelData(0).set(Float32Array.from(samples, (s) => s / 32768));
-    const source = context.createBufferSource();
-    source.buffer = buffer;
-    source.connect(context.destination);
-    at = Math.max(at, context.currentTime);
-    source.start(at);
-    at += buffer.duration;
-    say(`playing: ${(chunks.reduce((n, c) => n + c.length, 0) / 2 / rate).toFixed(1)} s received`);
+    player.play(value);
+    say(`playing: ${player.seconds.toFixed(1)} s received`);
   }
   const audio = $("speak-audio");
-  audio.src = offer(wavFile(chunks, rate), "speech.wav");
+  audio.src = offer(wavFile(player.chunks, player.rate), "speech.wav");
   audio.hidden = false;
   say("done (streamed; the download is WAV)");
 }
+
+// ---- Type and hear: text streamed in over the WebSocket as it is typed ----
+// Only what is appended is sent; each sentence is spoken once it ends, the rest on "Speak
+// the rest". A browser cannot set headers on a WebSocket: the key goes as a subprotocol.
+
+let typing = null;  // the open session: {socket, sent, player, open}
+
+function openTyping() {
+  const key = sessionStorage.getItem(KEY);
+  const url = location.origin.replace(/^http/, "ws") + "/v1/audio/speech/stream";
+  const socket = new WebSocket(url, key ? ["narrator", `narrator.bearer.${key}`] : []);
+  socket.binaryType = "arraybuffer";
+  const config = JSON.stringify({
+    type: "session.config", model: $("speak-model").value || undefined,
+    voice: $("speak-voice").value || undefined, speed: Number($("speak-speed").value),
+    ...chosenLexicon("speak") });
+  const session = { socket, sent: "", player: null, open: new Promise((resolve) => {
+    socket.addEventListener("open", () => { socket.send(config); resolve(); }, { once: true });
+  }) };  // the configuration goes first, before any text waiting on `open`
+  socket.addEventListener("message", (message) => {
+    if (typeof message.data !== "string") { session.player?.play(new Uint8Array(message.data)); return; }
+    const event = JSON.parse(message.data);
+    if (event.type === "sentence.start") {
+      session.player ??= new PcmPlayer(event.sample_rate);
+      $("live-said").textContent = `Speaking: ${event.text}`;
+    } else if (event.type === "done") {
+      $("live-said").textContent = `Spoken: ${event.sentences} sentence(s), ${event.audio_seconds.toFixed(1)} s`;
+    } else if (event.type === "error" && event.error.code !== "session_idle") {
+      showError(new ApiError(400, event.error));
+    }
+  });
+  socket.addEventListener("close", () => { if (typing === session) typing = null; });
+  return session;
+}
+
+$("live-text").addEventListener("input", async () => {
+  const text = $("live-text").value;
+  typing ??= openTyping();
+  const session = typing;
+  await session.open;
+  const added = text.startsWith(session.sent) ? text.slice(session.sent.length) : "";
+  session.sent = text;  // an edit before the end is not sent: what was spoken stays spoken
+  if (added && session.socket.readyState === WebSocket.OPEN) {
+    session.socket.send(JSON.stringify({ type: "text.delta", text: added }));
+  }
+});
+
+$("live-done").addEventListener("click", () => {
+  typing?.socket.send(JSON.stringify({ type: "session.close" }));
+  typing = null;
+  $("live-text").value = "";
+});
 
 async function speakWhole(body) {
   const response = await api("/v1/audio/speech", { method: "POST", json: body });

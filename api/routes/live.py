@@ -26,7 +26,7 @@ from api import streaming
 from api.errors import ApiError
 from api.owned import named_lexicons, uploaded_voices
 from api.schemas import SpeechFields
-from api.state import State, StateDep, get_owner
+from api.state import KEY_PROTOCOL, State, StateDep, get_owner
 from api.validation import resolve
 from core.channel import ChannelTimeout
 from core.live_text import SentenceBuffer, estimated_words
@@ -41,7 +41,9 @@ POLICY, TOO_BIG, LOST, TRY_LATER = 1008, 1009, 1011, 1013  # WebSocket close cod
 PROTOCOL = """\
 `WS /v1/audio/speech/stream` speaks text as it arrives, as a voice agent sends an LLM's
 tokens. Authenticate as every route does (`Authorization: Bearer <key>` on the upgrade
-request). The client sends JSON text frames:
+request); a browser, which cannot set that header, offers the subprotocols `narrator` and
+`narrator.bearer.<key>` instead, and the server answers with `narrator`. The client sends
+JSON text frames:
 
 - `{"type": "session.config", ...}`: first, once. `model`, `voice`, `speed`, `language`,
   `instructions`, `seed` and `lexicons` as `POST /v1/audio/speech` takes them, and
@@ -97,7 +99,8 @@ def _refuse(code: str, message: str, close: int) -> Closed:
 @router.websocket("/v1/audio/speech/stream")
 async def speech_stream(websocket: WebSocket, state: StateDep) -> None:
     """Speak text streamed in over a WebSocket (the protocol is in the API reference)."""
-    await websocket.accept()
+    offered = websocket.headers.get("sec-websocket-protocol", "")
+    await websocket.accept(subprotocol="narrator" if KEY_PROTOCOL in offered else None)
     try:
         owner = await get_owner(websocket, state)
         config, payload = await _configure(websocket, state, owner)
