@@ -70,47 +70,59 @@ def run(http: httpx.Client, segments: int, watch: float) -> dict[str, Any]:
 
 
 def session(url: str, seconds: float, token_ms: float) -> dict[str, Any]:
-    """One WebSocket session fed a token every `token_ms` for `seconds` (see the docstring)."""
+    """One WebSocket session fed a token every `token_ms` for `seconds` (see the docstring).
+
+    Each sentence the server speaks is found in the text sent (its `text`, from where the
+    last one ended), and its wait is from sending the token that held its last character to
+    its first audio byte.
+    """
     words = book(400, "Live").split(" ")
-    ended: dict[int, float] = {}  # sentence index -> when the token that ended it was sent
+    sent: list[tuple[int, float]] = []  # (characters sent so far, when), one per token
     lock = threading.Lock()
     with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream",
                  max_size=None) as ws:
         ws.send(json.dumps({"type": "session.config"}))
+        text: list[str] = []
 
         def write() -> None:
-            sentences, start, n = 0, time.monotonic(), 0
+            start, n, length = time.monotonic(), 0, 0
             while time.monotonic() - start < seconds:
-                word = words[n % len(words)]
-                ws.send(json.dumps({"type": "text.delta", "text": word + " "}))
-                if word.endswith((".", "!", "?")):
-                    with lock:
-                        ended[sentences] = time.monotonic()
-                    sentences += 1
+                token = words[n % len(words)] + " "
+                ws.send(json.dumps({"type": "text.delta", "text": token}))
+                length += len(token)
+                with lock:
+                    text.append(token)
+                    sent.append((length, time.monotonic()))
                 n += 1
                 time.sleep(token_ms / 1000)
             ws.send(json.dumps({"type": "session.close"}))
 
         writer = threading.Thread(target=write)
         writer.start()
-        first_audio: dict[int, float] = {}
-        received, began, lead, rate, index = 0, 0.0, float("inf"), 0, -1
+        waits: list[float] = []
+        received, began, lead, rate, cursor, ended_at = 0, 0.0, float("inf"), 0, 0, None
         for frame in ws:
             now = time.monotonic()
             if isinstance(frame, bytes):
-                if index not in first_audio:
-                    first_audio[index] = now
+                if ended_at is not None:  # the sentence's first audio
+                    waits.append(now - ended_at)
+                    ended_at = None
                 began = began or now
                 lead = min(lead, received / 2 / rate - (now - began)) if received else lead
                 received += len(frame)
                 continue
             event = json.loads(frame)
             if event["type"] == "sentence.start":
-                index, rate = event["index"], event["sample_rate"]
+                rate = event["sample_rate"]
+                with lock:
+                    whole, marks = "".join(text), list(sent)
+                at = whole.find(event["text"], cursor)
+                if at >= 0:
+                    cursor = at + len(event["text"])
+                    ended_at = next(when for length, when in marks if length >= cursor)
             elif event["type"] == "done":
                 done = event
         writer.join()
-    waits = [first_audio[n] - ended[n] for n in sorted(first_audio) if n in ended]
     return {"sentences": done["sentences"], "audio_seconds": done["audio_seconds"],
             "first_audio_after_sentence_ms": [round(w * 1000, 1) for w in waits],
             "smallest_lead_s": lead if lead != float("inf") else None}

@@ -5,9 +5,10 @@ message, then `text.delta` messages of any size, `text.flush` to speak what is h
 waiting for a sentence to end, and `session.close` to finish. Completed sentences
 (core/live_text.py) are spoken one after another, each as a streamed sync request on a
 worker's realtime lane (never in this process), and their 16-bit PCM goes out as binary
-frames between `sentence.start` and `sentence.end` events. Reading and speaking run side by
-side; a slow reader holds up the speaking, because each frame is sent before the next is
-read from the worker.
+frames between `sentence.start` and `sentence.end` events. A sentence goes to a worker as
+soon as it is complete, up to AHEAD of the one whose audio is being sent, so the next one is
+made while this one plays; its audio waits on its channel until its turn. A slow reader
+holds up the forwarding, and so the reading of more text.
 """
 
 import asyncio
@@ -37,6 +38,8 @@ router = APIRouter()
 log = structlog.get_logger()
 
 POLICY, TOO_BIG, LOST, TRY_LATER = 1008, 1009, 1011, 1013  # WebSocket close codes
+AHEAD = 3  # sentences sent to workers before their audio is forwarded
+Sentences = asyncio.Queue[tuple[str, str] | None]  # (channel, sentence), in order
 
 PROTOCOL = """\
 `WS /v1/audio/speech/stream` speaks text as it arrives, as a voice agent sends an LLM's
@@ -171,11 +174,12 @@ async def _configure(websocket: WebSocket, state: State, owner: str
 async def _session(websocket: WebSocket, state: State, config: LiveConfig,
                    payload: dict[str, Any]) -> None:
     """Read text and speak it side by side until `session.close`, a limit or a failure."""
-    sentences: asyncio.Queue[str | None] = asyncio.Queue()
+    sentences: Sentences = asyncio.Queue()
+    ahead = asyncio.Semaphore(AHEAD)
     totals = {"sentences": 0, "characters": 0, "samples": 0, "rate": 0}
-    reader = asyncio.create_task(
-        _read_all(websocket, state, SentenceBuffer(config.language or "en"), sentences))
-    speaker = asyncio.create_task(_speak_all(websocket, state, payload, sentences, totals))
+    reader = asyncio.create_task(_read_all(
+        websocket, state, SentenceBuffer(config.language or "en"), payload, sentences, ahead))
+    speaker = asyncio.create_task(_speak_all(websocket, state, sentences, ahead, totals))
     try:  # the first failure of either ends the session; else the speaker finishes
         done, _ = await asyncio.wait({reader, speaker}, return_when=asyncio.FIRST_EXCEPTION)
         for task in done:
@@ -192,8 +196,11 @@ async def _session(websocket: WebSocket, state: State, config: LiveConfig,
 
 
 async def _read_all(websocket: WebSocket, state: State, text: SentenceBuffer,
-                    sentences: asyncio.Queue[str | None]) -> None:
-    """Feed the client's text to the buffer and queue what it completes; None ends it."""
+                    payload: dict[str, Any], sentences: Sentences,
+                    ahead: asyncio.Semaphore) -> None:
+    """Feed the client's text to the buffer; send each sentence it completes to a worker at
+    once (at most AHEAD before their audio is forwarded: then reading waits, and so does a
+    client that writes faster than speech is sent) and queue it; None ends the queue."""
     limits, taken = state.settings, 0
     deadline = time.monotonic() + limits.live_session_seconds
     while True:
@@ -220,29 +227,37 @@ async def _read_all(websocket: WebSocket, state: State, text: SentenceBuffer,
         else:
             raise _refuse("invalid_value", f"unknown message type {kind!r}", POLICY)
         for sentence in done:
-            sentences.put_nowait(sentence)
+            spoken = strip_pauses(sentence).strip()
+            if spoken:  # sent to a worker now; its audio waits on the channel until its turn
+                await ahead.acquire()
+                sentences.put_nowait((_dispatch(state, payload, spoken), spoken))
         if kind == "session.close":
             sentences.put_nowait(None)
             return
 
 
-async def _speak_all(websocket: WebSocket, state: State, payload: dict[str, Any],
-                     sentences: asyncio.Queue[str | None], totals: dict[str, int]) -> None:
-    """Speak the queued sentences in order until None."""
-    while (sentence := await sentences.get()) is not None:
-        spoken = strip_pauses(sentence).strip()
-        if spoken:
-            await _speak(websocket, state, payload, spoken, totals)
+async def _speak_all(websocket: WebSocket, state: State, sentences: Sentences,
+                     ahead: asyncio.Semaphore, totals: dict[str, int]) -> None:
+    """Forward the queued sentences' audio in order until None."""
+    while (item := await sentences.get()) is not None:
+        await _forward(websocket, state, *item, totals)
+        ahead.release()
 
 
-async def _speak(websocket: WebSocket, state: State, payload: dict[str, Any], sentence: str,
-                 totals: dict[str, int]) -> None:
-    """One sentence through a worker's realtime lane, its frames forwarded as they come."""
+def _dispatch(state: State, payload: dict[str, Any], sentence: str) -> str:
+    """Send one sentence to a worker's realtime lane; return the channel its audio comes on."""
     request_id = f"live-{uuid.uuid4().hex}"
-    timeout, silence = state.settings.sync_timeout_seconds, state.settings.sync_silence_seconds
     state.celery.send_task(SPEAK, args=[payload | {"request_id": request_id, "input": sentence,
                                                    "sent_at": time.time()}],
-                           queue=model_queues(payload["model"])[0], expires=timeout)
+                           queue=model_queues(payload["model"])[0],
+                           expires=state.settings.sync_timeout_seconds)
+    return request_id
+
+
+async def _forward(websocket: WebSocket, state: State, request_id: str, sentence: str,
+                   totals: dict[str, int]) -> None:
+    """One sentence's frames, forwarded as they come, between its events."""
+    timeout, silence = state.settings.sync_timeout_seconds, state.settings.sync_silence_seconds
     index, start, started = totals["sentences"], totals["samples"], False
     try:
         async for message in streaming.listen(state.channel, request_id, timeout, silence):
