@@ -24,7 +24,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from api import streaming
-from api.errors import ApiError
+from api.errors import ApiError, unavailable
 from api.owned import named_lexicons, uploaded_voices
 from api.schemas import SpeechFields
 from api.state import KEY_PROTOCOL, State, StateDep, get_owner
@@ -247,10 +247,14 @@ async def _speak_all(websocket: WebSocket, state: State, sentences: Sentences,
 def _dispatch(state: State, payload: dict[str, Any], sentence: str) -> str:
     """Send one sentence to a worker's realtime lane; return the channel its audio comes on."""
     request_id = f"live-{uuid.uuid4().hex}"
-    state.celery.send_task(SPEAK, args=[payload | {"request_id": request_id, "input": sentence,
-                                                   "sent_at": time.time()}],
-                           queue=model_queues(payload["model"])[0],
-                           expires=state.settings.sync_timeout_seconds)
+    try:
+        state.celery.send_task(SPEAK, args=[payload | {"request_id": request_id,
+                                                       "input": sentence,
+                                                       "sent_at": time.time()}],
+                               queue=model_queues(payload["model"])[0],
+                               expires=state.settings.sync_timeout_seconds)
+    except Exception as exc:  # kombu's errors are many: any of them means no broker now
+        raise Closed(TRY_LATER, unavailable(f"the broker is unreachable: {exc}")) from exc
     return request_id
 
 
