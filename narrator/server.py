@@ -131,6 +131,10 @@ def worker(
                            loglevel, banner)
         return
     pool = pool or "threads"
+    if synthesizes and pool in ("threads", "solo"):  # one process: the engine's is this one's
+        from workers.runtime.engine import start_early
+
+        start_early()  # its import and stages overlap Celery's start
     argv = [*([] if banner else ["--quiet"]), "worker", "-Q", ",".join(pooled), "--pool", pool,
             "-l", loglevel,
             "--without-mingle", "--without-gossip", "--without-heartbeat"]

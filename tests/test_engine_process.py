@@ -106,6 +106,33 @@ def test_an_engine_that_cannot_start_says_why() -> None:
         engine.start()
 
 
+def test_an_early_start_runs_in_the_background_and_start_waits_for_it() -> None:
+    engine = make()
+    try:
+        engine.start_early()  # returns at once: the child is spawned on another thread
+        assert engine._early is not None
+        assert not engine._early.done()
+        engine.start()  # waits for that start, never spawns a second child
+        first = engine._process
+        assert first is not None
+        assert first.is_alive()
+        engine.start()
+        assert engine._process is first
+        assert len(engine.synthesize([SpeechRequest(text="Hi.", voice="ryan",
+                                                    max_new_tokens=5)])[0]) == 5 * SCALE
+    finally:
+        engine.close()
+
+
+def test_an_early_start_that_fails_fails_the_start_that_waits_for_it() -> None:
+    engine = make(build_broken)
+    engine.start_early()
+    with pytest.raises(EngineProcessError, match="no GPU here"):
+        engine.start()
+    with pytest.raises(EngineProcessError, match="no GPU here"):
+        engine.start()  # a later start tries again, and says why again
+
+
 def test_close_stops_the_child() -> None:
     engine = make()
     engine.start()

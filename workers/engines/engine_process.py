@@ -119,6 +119,7 @@ class EngineProcess:
         # Requests the engine had answered before this process connected to it: more than
         # none when this image adopted a warm engine (the warm-up is then skipped).
         self.served_before = 0
+        self._early: concurrent.futures.Future[None] | None = None  # start_early's start
 
     @property
     def sample_rate(self) -> int:
@@ -140,9 +141,33 @@ class EngineProcess:
         with self._reaping:
             return bool(process.is_alive())
 
+    def start_early(self) -> None:
+        """Start the child and its engine now, in the background: a worker calls this first
+        thing, so that vLLM-Omni's import and the stages' start overlap Celery's own start.
+        The next start() waits for it, and raises what made it fail."""
+        early: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._early = early
+
+        def run() -> None:
+            try:
+                self._start()
+            except BaseException as error:
+                early.set_exception(error)
+            else:
+                early.set_result(None)
+
+        threading.Thread(target=run, name="engine-early-start", daemon=True).start()
+
     def start(self) -> None:
         """Start the child and its engine, once; again if it has died. The first start of
         a recycled worker's new image adopts the engine its previous image detached."""
+        early, self._early = self._early, None
+        if early is not None:  # start_early's: wait for it, and fail as it did
+            early.result()
+            return
+        self._start()
+
+    def _start(self) -> None:
         with self._lock:
             if self._process is not None:
                 with self._reaping:

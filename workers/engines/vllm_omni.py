@@ -79,6 +79,7 @@ class VllmOmniEngine:
         self._omni: Any = None
         self._thread: threading.Thread | None = None
         self._defaults: list[Any] = []
+        self._lengths: concurrent.futures.Future[PromptLength] | None = None
         self._ids = itertools.count()
 
     @property
@@ -92,6 +93,10 @@ class VllmOmniEngine:
             stages = forkserver.start() if self._use_forkserver else None
             from vllm_omni import AsyncOmni
 
+            if self._prompt_length is None:  # its tokenizer loads while the stages start
+                pool = concurrent.futures.ThreadPoolExecutor(1, "engine-tokenizer")
+                self._lengths = pool.submit(_prompt_length_for, self.config)
+                pool.shutdown(wait=False)
             if stages is not None:
                 forkserver.install(stages)
             if self._use_mps:  # before the stage processes start: they inherit its pipe
@@ -123,9 +128,12 @@ class VllmOmniEngine:
                 return self._factory()
 
             omni = asyncio.run_coroutine_threadsafe(create(), loop).result()
+            log.info("engine.stages_started", engine="vllm-omni", model=self.info.id)
             self._defaults = list(omni.default_sampling_params_list)
             if self._prompt_length is None:
-                self._prompt_length = _prompt_length_for(self.config)
+                lengths, self._lengths = self._lengths, None
+                self._prompt_length = lengths.result() if lengths is not None \
+                    else _prompt_length_for(self.config)
             self._loop, self._omni = loop, omni
             log.info("engine.started", engine="vllm-omni", model=self.info.id)
 

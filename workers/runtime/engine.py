@@ -10,6 +10,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import structlog
+
 from core.catalog import Qwen3Config, catalog, resolve_model_dir
 from workers.engines import Engine
 from workers.runtime.partition import Partition
@@ -19,6 +21,7 @@ from workers.voices import load_reference
 if TYPE_CHECKING:
     from workers.engines.vllm_omni import VllmOmniEngine
 
+log = structlog.get_logger()
 _LOADING = threading.Lock()
 _partition: Partition | None = None  # set once, by the worker's start (start_partition)
 
@@ -37,6 +40,20 @@ def loaded_engine() -> Engine | None:
     """Return the engine if it has been loaded, else None (never loads it)."""
     with _LOADING:
         return _load() if _load.cache_info().currsize else None
+
+
+def start_early() -> None:
+    """Start the engine's child process in the background now, where the engine runs in one
+    (vLLM-Omni, VLLM_ENGINE_PROCESS): the worker's start then finds it importing vLLM-Omni
+    or starting its stages, not yet to begin. Elsewhere it does nothing."""
+    settings = get_settings()
+    if settings.engine == "vllm-omni" and settings.vllm_engine_process:
+        from workers.engines.engine_process import EngineProcess
+
+        engine = get_engine()
+        if isinstance(engine, EngineProcess):
+            engine.start_early()
+            log.info("engine.early_start")
 
 
 def reset_engine() -> None:
