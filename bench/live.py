@@ -18,7 +18,7 @@ and, from the first audio on, whether playback would have starved: the audio rec
 the time since the first byte (the smallest lead is reported). Writes
 bench/results/live.json.
 
-Leaves out: the console's players.
+Leaves out: the console's players. On the GPU: bench.gpu_product --live (bench/gpu_live.py).
 """
 
 import argparse

@@ -28,10 +28,13 @@ END = "<!-- end of the generated part -->"
 # The columns of the GPU table: each a bench.gpu_product run and what sets it apart. The
 # first is the latest run of the defaults; the other two ran back to back on one machine.
 GPU_RUNS = (
-    ("gpu_product_h100_1.7b_default_restart.json", "defaults, latest"),
+    ("gpu_product_h100_1.7b_live.json", "defaults, latest"),
+    ("gpu_product_h100_1.7b_default_restart.json", "defaults, the run before"),
     ("gpu_product_h100_1.7b_mps.json", "defaults, earlier H100"),
     ("gpu_product_h100_1.7b_no_mps.json", "same machine, VLLM_MPS=false"),
 )
+# A second warm restart of the latest run's machine, in a run of its own just after it.
+RESTART_AGAIN = ("gpu_product_h100_1.7b_live.json", "gpu_product_h100_1.7b_restart2.json")
 # Raw AsyncOmni (bench.gpu_engine, vLLM-Omni's own deploy config) for a run that did not take
 # it itself: (the product run, the raw run's file, where it ran).
 RAW_BESIDE = ("gpu_product_h100_1.7b_default_restart.json", "gpu_engine_h100_1.7b_raw.json",
@@ -78,6 +81,16 @@ def _product_rows(name: str) -> dict[str, str]:
             f"{restart['seconds']:.1f} s" if restart else "not run",
         "GPU memory, peak": r["sustained"]["gpu"].split("peak ")[1].split(",")[0],
     }
+    if restart and name == RESTART_AGAIN[0]:
+        again = _load(RESTART_AGAIN[1])["results"]["production"]["restart"]["seconds"]
+        rows["warm restart of the GPU worker, stop to ready"] += f" (again: {again:.1f} s)"
+    if live := r.get("live"):
+        rows |= {f"text in over a WebSocket, first sentence: end of its text -> first audio, "
+                 f"{name} (p50 of all sentences)": f"{s['first_audio_after_sentence_ms'][0]:.0f}"
+                 f" ms ({statistics.median(s['first_audio_after_sentence_ms']):.0f} ms)"
+                 for name, s in (("idle", live["idle"]), ("4 jobs", live["saturated"]))}
+        rows["book of 300 segments: submit -> playable first HLS fragment"] = \
+            f"{live['book']['first_fragment_s']:.1f} s"
     return rows
 
 
@@ -94,15 +107,18 @@ TARGETS = {
 def gpu() -> str:
     """The GPU tables: the latest defaults and an earlier same-machine pair, then scale-out."""
     columns = [(_product_rows(name), label) for name, label in GPU_RUNS]
-    rows = [[measure] + [values[measure] for values, _ in columns] + [TARGETS.get(measure, "")]
-            for measure in columns[0][0]]
-    latest, earlier, baseline = (name for name, _ in GPU_RUNS)
+    rows = [[measure] + [values.get(measure, "not run") for values, _ in columns]
+            + [TARGETS.get(measure, "")] for measure in columns[0][0]]
+    latest, before, earlier, baseline = (name for name, _ in GPU_RUNS)
     _, raw_file, raw_where = RAW_BESIDE
     text = (f"Qwen3-TTS 1.7B with random weights (timing, never quality), 250 frames (20 s) a "
             f"request, one H100 80 GB; real processes over HTTP on Postgres and Redis, default "
             f"settings. Latest defaults: `bench/results/{latest}` "
-            f"({_load(latest)['when'][:10]}); raw `AsyncOmni` for it: `{raw_file}` "
-            f"({raw_where}). Earlier: `{earlier}` and, on the same machine just before it, "
+            f"({_load(latest)['when'][:10]}, a fresh H100: its start compiled every graph; "
+            f"with `--live 45`; no raw run beside it; its second restart: "
+            f"`{RESTART_AGAIN[1]}`). The run before: `{before}`; raw `AsyncOmni` for it: "
+            f"`{raw_file}` ({raw_where}). Earlier: `{earlier}` and, on the same machine just "
+            "before it, "
             f"`{baseline}`. Command: `{GPU_COMMAND}` (its header says how the parts reach the "
             "GPU).\n\n")
     text += table(["measure"] + [label for _, label in GPU_RUNS] + ["target"], rows)
