@@ -33,6 +33,9 @@ http_latency = Histogram("narrator_http_request_duration_seconds",
 first_chunk = Histogram("narrator_speech_first_chunk_seconds",
                         "POST /v1/audio/speech: time from the request to the first audio",
                         ["model", "streamed"], buckets=LATENCY_BUCKETS)
+live_sentences = Counter("narrator_live_sentences",
+                         "Sentences of WebSocket sessions (WS /v1/audio/speech/stream) sent to "
+                         "a worker", ["model"])
 segments = Counter("narrator_segments_synthesized", "Job segments synthesised",
                    ["model"])
 audio_seconds = Counter("narrator_audio_seconds_produced",

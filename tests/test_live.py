@@ -1,15 +1,22 @@
 """`WS /v1/audio/speech/stream` against real API and worker processes (Postgres, Redis,
 Piper): text sent in small deltas comes back as each sentence's PCM, in order, between its
-events; flush speaks what does not end; keys, bad messages and limits close the socket with
-an error and a close code."""
+events; flush speaks what does not end; a client that stops reading holds synthesis back;
+keys, bad messages and limits close the socket with an error and a close code."""
 
 import json
+import socket
+import time
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from api.routes.live import AHEAD
 from core.live_text import SentenceBuffer
 from tests.support import Stack
 
@@ -115,6 +122,51 @@ def test_bad_messages_end_the_session_with_an_error(local_stack: Stack,
         assert ws.close_code == code
     assert events[-1]["type"] == "error"
     assert events[-1]["error"]["code"] == error
+
+
+def _sentences_sent(stack: Stack) -> float:
+    """The API's count of live sentences sent to workers (narrator_live_sentences_total)."""
+    families = text_string_to_metric_families(httpx.get(f"{stack.url}/metrics").text)
+    return sum(sample.value for family in families if family.name == "narrator_live_sentences"
+               for sample in family.samples if sample.name.endswith("_total"))
+
+
+def test_a_slow_reader_slows_synthesis_and_loses_nothing(local_stack: Stack) -> None:
+    """A client that stops reading: its socket's buffers fill, the server's send waits, and
+    no more than AHEAD sentences past the one being sent go to workers (plus what the
+    buffers took), however much text it has; once it reads again, every sentence comes, in
+    order."""
+    text = " ".join(f"Sentence number {n} runs on for a little while, so that its audio "
+                    "takes up some room in the buffers." for n in range(40))
+    host, port = urlsplit(local_stack.url).hostname, urlsplit(local_stack.url).port
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
+    sock.connect((host, port))
+    before = _sentences_sent(local_stack)
+    with connect(local_stack.url.replace("http://", "ws://") + "/v1/audio/speech/stream",
+                 sock=sock, max_queue=1, max_size=None, open_timeout=30) as ws:
+        ws.send(json.dumps({"type": "session.config"}))
+        ws.send(json.dumps({"type": "text.delta", "text": text}))
+        ws.send(json.dumps({"type": "session.close"}))
+        time.sleep(8)  # not reading: Piper makes a sentence in well under a second
+        stalled = _sentences_sent(local_stack) - before
+        time.sleep(4)
+        assert _sentences_sent(local_stack) - before == stalled  # held, not creeping on
+        events, audio = _events(ws)
+        assert ws.close_code == 1000
+    # Held by the kernel: the server's socket buffer (at most tcp_wmem's largest) and the
+    # client's (4 KB asked); the API itself holds AHEAD sentences and the one it is sending.
+    kernel = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2]) + 65536
+    held = -(-kernel // min(len(a) for a in audio.values()))  # whole sentences, rounded up
+    assert AHEAD < stalled <= AHEAD + 1 + held
+    assert stalled < 40
+    starts = [e for e in events if e["type"] == "sentence.start"]
+    assert [e["text"] for e in starts] == [
+        f"Sentence number {n} runs on for a little while, so that its audio takes up some "
+        "room in the buffers." for n in range(40)]
+    assert all(len(audio[n]) / 2 / 22050 > 2 for n in range(40))
+    assert events[-1]["sentences"] == 40
+    assert _sentences_sent(local_stack) - before == 40
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from api.owned import named_lexicons, uploaded_voices
 from api.schemas import SpeechFields
 from api.state import KEY_PROTOCOL, State, StateDep, get_owner
 from api.validation import resolve
+from core import metrics
 from core.channel import ChannelTimeout
 from core.live_text import SentenceBuffer, estimated_words
 from core.queues import SPEAK, model_queues
@@ -247,6 +248,7 @@ async def _speak_all(websocket: WebSocket, state: State, sentences: Sentences,
 def _dispatch(state: State, payload: dict[str, Any], sentence: str) -> str:
     """Send one sentence to a worker's realtime lane; return the channel its audio comes on."""
     request_id = f"live-{uuid.uuid4().hex}"
+    metrics.live_sentences.labels(payload["model"]).inc()
     try:
         state.celery.send_task(SPEAK, args=[payload | {"request_id": request_id,
                                                        "input": sentence,
