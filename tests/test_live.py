@@ -17,7 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from api.routes.live import AHEAD
-from core.live_text import SentenceBuffer
+from core.live_text import SentenceBuffer, estimated_words
 from tests.support import Stack
 
 TEXT = ("The boats came in at dawn. Gulls followed them over the water, calling. "
@@ -79,10 +79,15 @@ def test_text_in_deltas_comes_back_sentence_by_sentence(local_stack: Stack) -> N
     words = [e for e in events if e["type"] == "words"]
     assert [e["index"] for e in words] == list(range(5))
     for word_event, start, end in zip(words, starts, ends, strict=True):
-        assert word_event["estimated"] is True
+        assert word_event["estimated"] is False  # Piper's own durations
         assert " ".join(w["word"] for w in word_event["words"]) == start["text"]
-        assert word_event["words"][0]["start"] == pytest.approx(start["start_seconds"], abs=0.002)
-        assert word_event["words"][-1]["end"] == pytest.approx(end["end_seconds"], abs=0.002)
+        times = [t for w in word_event["words"] for t in (w["start"], w["end"])]
+        assert times == sorted(times)
+        assert start["start_seconds"] <= times[0] < times[-1] <= end["end_seconds"] + 0.002
+        shared = estimated_words(start["text"], start["start_seconds"],
+                                 end["end_seconds"] - start["start_seconds"])
+        assert max(abs(w["start"] - e["start"]) for w, e in zip(  # not letter counts
+            word_event["words"], shared, strict=True)) > 0.02
     done = events[-1]
     assert done["sentences"] == 5
     assert done["audio_seconds"] == pytest.approx(position, abs=0.002)
@@ -246,3 +251,20 @@ def test_the_clients_speak_live(local_stack: Stack) -> None:
     sent = asyncio.run(speak())
     assert [p["type"] for p in sent if isinstance(p, dict)][-1] == "done"
     assert sum(len(p) for p in sent if isinstance(p, bytes)) > 22050  # over half a second
+
+
+def test_word_times_are_estimated_where_the_reading_changed_the_word_count() -> None:
+    from api.routes.live import _words
+
+    spoken = [{"word": w, "start": 0.1 * n, "end": 0.1 * n + 0.08}
+              for n, w in enumerate(["In", "nineteen", "eighty-four", "it", "rained."])]
+    event = _words(2, "In 1984 it rained.", 10.0, 2.0, spoken)
+    assert event["estimated"] is True
+    assert [w["word"] for w in event["words"]] == ["In", "1984", "it", "rained."]
+    assert event["words"][0]["start"] == 10.0
+    assert event["words"][-1]["end"] == pytest.approx(12.0)
+    same = _words(2, "It rained.", 10.0, 2.0, spoken[3:])
+    assert same == {"type": "words", "index": 2, "estimated": False, "words": [
+        {"word": "It", "start": 10.3, "end": 10.38}, {"word": "rained.", "start": 10.4,
+                                                     "end": 10.48}]}
+    assert _words(0, "It rained.", 0.0, 1.0, None)["estimated"] is True  # no engine times

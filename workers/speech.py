@@ -130,8 +130,21 @@ def _pulse(request_id: str) -> Pulse:
     return Pulse(channel_for(settings), request_id, settings.sync_keepalive_seconds)
 
 
+def _timed(engine: Engine, requests: list[SpeechRequest]) -> tuple[Audio, list[Any]] | None:
+    """One piece spoken whole with its words' times from the engine (seconds from its
+    start), where the engine gives them (Piper's durations); else None."""
+    speak = getattr(engine, "synthesize_words", None)
+    if speak is None or len(requests) != 1:
+        return None
+    (audio, words), = speak(requests)
+    rate = engine.sample_rate
+    return audio, [{"word": w.word, "start": round(w.start / rate, 3),
+                    "end": round(w.end / rate, 3)} for w in words or ()]
+
+
 def stream(payload: dict[str, Any]) -> None:
-    """Publish 16-bit PCM chunks as the engine makes them, then the total duration."""
+    """Publish 16-bit PCM chunks as the engine makes them, then the total duration (and,
+    asked `words` of an engine that gives them, the words' times)."""
     request_id = payload["request_id"]
     pulse = _pulse(request_id)
     samples = 0
@@ -142,8 +155,9 @@ def stream(payload: dict[str, Any]) -> None:
         pulse.start(Message("meta", {"sample_rate": engine.sample_rate, "worker": worker_id()}))
         requests = requests_for(payload)
         asked = time.perf_counter()
+        timed = _timed(engine, requests) if payload.get("words") else None
         with tracing.span("engine.stream", model=engine.info.id, pieces=len(requests)):
-            for chunk in _pieces_streamed(engine, requests):
+            for chunk in [timed[0]] if timed else _pieces_streamed(engine, requests):
                 if not samples:  # where a first chunk's time goes, before the engine and in it
                     log.info("speech.first_chunk", engine_ms=round(
                         (time.perf_counter() - asked) * 1000, 1), waited_ms=round(
@@ -157,7 +171,7 @@ def stream(payload: dict[str, Any]) -> None:
         return
     seconds = samples / engine.sample_rate
     metrics.observe_synthesis(engine.info.id, time.perf_counter() - started, seconds, "sync")
-    pulse.finish(Message("end", {"duration": seconds}))
+    pulse.finish(Message("end", {"duration": seconds} | ({"words": timed[1]} if timed else {})))
     log.info("speech.streamed", request_id=request_id, seconds=round(seconds, 3))
 
 

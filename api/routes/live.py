@@ -64,9 +64,10 @@ The server sends, in order:
 - `{"type": "sentence.start", "index", "text", "start_seconds", "sample_rate"}`: a
   sentence's audio follows; where it starts in the session's audio, and its rate.
 - binary frames: that sentence's audio, 16-bit little-endian mono PCM.
-- `{"type": "words", "index", "estimated": true, "words": [{"word", "start", "end"}]}`: its
-  words' times in the session's audio, shared out by letter count (an estimate: where the
-  engine put each word is not reported yet).
+- `{"type": "words", "index", "estimated", "words": [{"word", "start", "end"}]}`: its
+  words' times in the session's audio. `estimated` false: where the engine put each word
+  (Piper's phoneme durations); true: shared out by letter count (engines that do not report
+  them, such as Qwen3-TTS, and sentences whose reading changed their word count).
 - `{"type": "sentence.end", "index", "end_seconds"}`: its audio is all sent.
 - `{"type": "done", "sentences", "characters", "audio_seconds"}`: after `session.close`.
 - `{"type": "error", "error": {...}}`: OpenAI's error object; the socket then closes.
@@ -167,7 +168,7 @@ async def _configure(websocket: WebSocket, state: State, owner: str
     except ApiError as error:
         raise Closed(TRY_LATER if error.status_code == 503 else POLICY, error) from None
     payload = {"model": model.id, "voice": voice.id, "response_format": "pcm",
-               "speed": config.speed, "stream": True, **config.extras()} | (
+               "speed": config.speed, "stream": True, "words": True, **config.extras()} | (
         {"lexicon": lexicon} if lexicon else {})
     return config, payload
 
@@ -264,7 +265,7 @@ async def _forward(websocket: WebSocket, state: State, request_id: str, sentence
                    totals: dict[str, int]) -> None:
     """One sentence's frames, forwarded as they come, between its events."""
     timeout, silence = state.settings.sync_timeout_seconds, state.settings.sync_silence_seconds
-    index, start, started = totals["sentences"], totals["samples"], False
+    index, start, started, timed = totals["sentences"], totals["samples"], False, None
     try:
         async for message in streaming.listen(state.channel, request_id, timeout, silence):
             if message.kind == "error":
@@ -279,6 +280,7 @@ async def _forward(websocket: WebSocket, state: State, request_id: str, sentence
                 await websocket.send_bytes(message.data)
                 totals["samples"] += len(message.data) // 2
             elif message.kind == "end":
+                timed = message.meta.get("words")
                 break
     except ChannelTimeout:
         raise (Closed(LOST, streaming.worker_lost(silence)) if started
@@ -286,8 +288,22 @@ async def _forward(websocket: WebSocket, state: State, request_id: str, sentence
     totals["sentences"] += 1
     totals["characters"] += len(sentence)
     rate = totals["rate"] or 1
-    await websocket.send_json({"type": "words", "index": index, "estimated": True,
-                               "words": estimated_words(sentence, start / rate,
-                                                        (totals["samples"] - start) / rate)})
+    await websocket.send_json(_words(index, sentence, start / rate,
+                                     (totals["samples"] - start) / rate, timed))
     await websocket.send_json({"type": "sentence.end", "index": index,
                                "end_seconds": round(totals["samples"] / rate, 3)})
+
+
+def _words(index: int, sentence: str, start: float, seconds: float,
+           timed: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The `words` event of a sentence that starts at `start` in the session's audio: the
+    engine's word times where it gave one per word of the sentence as written (Piper's
+    durations; not where reading changed the word count, "1984" read "nineteen eighty-four"),
+    else times shared out by letter count, marked `estimated`."""
+    written = sentence.split()
+    if timed and len(timed) == len(written):
+        return {"type": "words", "index": index, "estimated": False, "words": [
+            {"word": word, "start": round(start + t["start"], 3),
+             "end": round(start + t["end"], 3)} for word, t in zip(written, timed, strict=True)]}
+    return {"type": "words", "index": index, "estimated": True,
+            "words": estimated_words(sentence, start, seconds)}

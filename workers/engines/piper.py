@@ -60,13 +60,14 @@ class PiperEngine:
     several at once from the worker's threads (ONNX Runtime runs one session from many
     threads; Piper keeps espeak-ng behind its own lock): on 2 cores, two segments at once
     made 1.17-1.28x the audio of one at a time on every core, with 15-25 % less CPU per
-    audio second (bench.piper_parallel). That session also gives each phoneme's samples,
-    from which `synthesize_words` places the words (workers/aligners/durations.py).
+    audio second (bench.piper_parallel). Both sessions also give each phoneme's samples,
+    from which `synthesize_words` places the words (workers/aligners/durations.py): a
+    job's cues, and the word times of text streamed in.
     """
 
     def __init__(self, info: ModelInfo, sentence_gap: float = 0.25) -> None:
         self.info = info
-        self.voice = load_voice()
+        self.voice = load_voice(durations=True)
         self.batch_voice = load_voice(intra_op_threads=1, durations=True)
         self._gap = np.zeros(int(sentence_gap * self.sample_rate), dtype=np.float32)
         self._length_scale = float(self.voice.config.length_scale)
@@ -103,16 +104,18 @@ class PiperEngine:
 
     def synthesize_words(self, requests: list[SpeechRequest]
                          ) -> list[tuple[Audio, list[Word] | None]]:
-        """Speak each request whole on the segments' session, with its words' spans (None
-        where they could not be placed: the caller aligns the audio instead)."""
+        """Speak each request whole (realtime ones on the sync session, the others on the
+        segments'), with its words' spans (None where they could not be placed: the caller
+        aligns the audio instead)."""
         out: list[tuple[Audio, list[Word] | None]] = []
         for request in requests:
+            voice = self.voice if request.realtime else self.batch_voice
             config = SynthesisConfig(length_scale=self._length_scale / request.speed)
             pieces: list[Audio] = []
             said: list[Spoken] = []
             timed, at = True, 0
-            for chunk in self.batch_voice.synthesize(request.text, syn_config=config,
-                                                     include_alignments=True):
+            for chunk in voice.synthesize(request.text, syn_config=config,
+                                          include_alignments=True):
                 if pieces:
                     pieces.append(self._gap)
                     at += len(self._gap)
