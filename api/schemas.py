@@ -300,3 +300,22 @@ class LexiconBody(StorableBody):
                 raise ValueError(f"'{entry.text}' is listed twice")
             seen.add(key)
         return entries
+
+
+class ExpiresAfter(BaseModel):
+    """When a client secret expires."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    anchor: Literal["created_at"] = "created_at"
+    """What `seconds` counts from: the secret's creation."""
+    seconds: Annotated[StrictInt, Field(ge=10, le=7200)] = 600
+    """Seconds until the secret expires, 10 to 7,200."""
+
+
+class ClientSecretBody(BaseModel):
+    """`POST /v1/audio/speech/stream/client_secrets`."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    expires_after: ExpiresAfter = Field(default_factory=ExpiresAfter)
+    """When the secret expires (default 600 s after its creation). A session opened with
+    it lasts as sessions do; the secret is only checked when it opens."""

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from starlette.requests import HTTPConnection
 
+from api import client_secrets
 from api.catalogue import Catalogue
 from api.enqueue import Planner
 from api.errors import ApiError
@@ -133,6 +134,8 @@ async def get_owner(request: HTTPConnection, state: StateDep) -> str:
         await state.limiter.hit("")
         return ""
     token = bearer(request)
+    if token.startswith(client_secrets.PREFIX):
+        return await _owner_of_secret(request, state, token)
     if token not in keys:  # not a key of the settings: wrong keys are limited per address
         client = request.client.host if request.client else ""
         await state.failed_auth.hit(client, 0)  # past its limit: a 429, and no lookup
@@ -153,6 +156,22 @@ OwnerDep = Annotated[str, Depends(get_owner)]
 
 
 KEY_PROTOCOL = "narrator.bearer."  # a browser's WebSocket sends its key as a subprotocol
+
+
+async def _owner_of_secret(request: HTTPConnection, state: State, secret: str) -> str:
+    """The owner of a client secret (api/client_secrets.py), on the WebSocket only."""
+    client = request.client.host if request.client else ""
+    await state.failed_auth.hit(client, 0)
+    if request.scope["type"] != "websocket":
+        raise ApiError(401, "a client secret opens WS /v1/audio/speech/stream only: send the "
+                       "API key here", type="authentication_error", code="invalid_api_key")
+    owner = await client_secrets.owner_of_secret(secret, state.settings.keys, state.sessions)
+    if owner is None:
+        await state.failed_auth.hit(client)
+        raise ApiError(401, "invalid or expired client secret", type="authentication_error",
+                       code="invalid_api_key")
+    await state.limiter.hit(owner)
+    return owner
 
 
 def bearer(request: HTTPConnection) -> str:

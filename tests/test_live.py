@@ -6,6 +6,7 @@ keys, bad messages and limits close the socket with an error and a close code.""
 import json
 import socket
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,7 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
+from websockets.typing import Subprotocol
 
+from api import client_secrets
 from api.routes.live import AHEAD
 from core.live_text import SentenceBuffer, estimated_words
 from tests.support import Stack
@@ -203,6 +206,53 @@ def test_a_keyed_server_wants_the_key(keyed_stack: Stack) -> None:
                           "audio_seconds": pytest.approx(len(audio[0]) / 2 / 22050, abs=0.002)}
 
 
+def _spoken_with(stack: Stack, secret: str) -> tuple[int | None, list[dict[str, Any]]]:
+    """Open a session as a browser does, with `secret` as a subprotocol; say one sentence."""
+    url = stack.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(url, subprotocols=[Subprotocol("narrator"),
+                                    Subprotocol(f"narrator.bearer.{secret}")],
+                 open_timeout=30, max_size=None) as ws:
+        ws.send(json.dumps({"type": "session.config"}))
+        ws.send(json.dumps({"type": "text.delta", "text": "With a secret. "}))
+        ws.send(json.dumps({"type": "session.close"}))
+        events, _ = _events(ws)
+        return ws.close_code, events
+
+
+def test_a_client_secret_opens_the_socket_for_a_while_and_nothing_else(
+        keyed_stack: Stack) -> None:
+    made = httpx.post(f"{keyed_stack.url}/v1/audio/speech/stream/client_secrets",
+                      headers={"Authorization": "Bearer sesame"},
+                      json={"expires_after": {"seconds": 60}})
+    assert made.status_code == 200
+    secret = made.json()["value"]
+    assert secret.startswith("ek_")
+    assert "sesame" not in secret
+    assert made.json()["expires_at"] == pytest.approx(time.time() + 60, abs=5)
+    code, events = _spoken_with(keyed_stack, secret)
+    assert code == 1000
+    assert events[-1]["type"] == "done"
+    # Not a key: no other route takes it, and no secret makes another.
+    for method, path in (("GET", "/v1/audio/jobs"),
+                         ("POST", "/v1/audio/speech/stream/client_secrets")):
+        answer = httpx.request(method, keyed_stack.url + path,
+                               headers={"Authorization": f"Bearer {secret}"})
+        assert answer.status_code == 401
+        assert answer.json()["error"]["code"] == "invalid_api_key"
+    # Expired, tampered with, or from a key the server does not hold: refused.
+    owner, expires_at, mac = secret.removeprefix("ek_").split(".")
+    for bad in (client_secrets.mint("sesame", int(time.time()) - 1),
+                f"ek_{owner}.{int(expires_at) + 3600}.{mac}",
+                client_secrets.mint("not-a-key", int(time.time()) + 60)):
+        code, events = _spoken_with(keyed_stack, bad)
+        assert code == 1008
+        assert events[-1]["error"]["code"] == "invalid_api_key"
+    for seconds in (5, 7201):
+        assert httpx.post(f"{keyed_stack.url}/v1/audio/speech/stream/client_secrets",
+                          headers={"Authorization": "Bearer sesame"},
+                          json={"expires_after": {"seconds": seconds}}).status_code == 400
+
+
 def test_the_sentence_buffer_waits_for_what_ends_a_sentence() -> None:
     text = SentenceBuffer()
     assert text.feed("Hello there. Mr. ") == ["Hello there."]  # "Mr. " may go on
@@ -268,3 +318,45 @@ def test_word_times_are_estimated_where_the_reading_changed_the_word_count() -> 
         {"word": "It", "start": 10.3, "end": 10.38}, {"word": "rained.", "start": 10.4,
                                                      "end": 10.48}]}
     assert _words(0, "It rained.", 0.0, 1.0, None)["estimated"] is True  # no engine times
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_stored_keys_secret_is_checked_against_the_table(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """On both databases: a secret of a key in api_keys is good until the key is revoked
+    (the lookup is a prefix match on the digest, escaped)."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
+    from migrations import upgrade
+    from models import utcnow
+    from models.api_key import ApiKey, digest
+    from models.db import DatabaseSettings, async_sql_engine, sql_engine_for
+    from tests.conftest import drop_database, make_database
+
+    name = f"narrator_secrets_{uuid.uuid4().hex[:8]}"  # a key in a table closes its API
+    url = f"sqlite:///{tmp_path}/narrator.db" if kind == "sqlite" else make_database(name)
+    if kind == "postgres":
+        request.addfinalizer(lambda: drop_database(name))
+    upgrade(url)
+    key, table = f"nk_{kind}_stored", sql_engine_for(url)
+    request.addfinalizer(table.dispose)
+    with table.begin() as connection:
+        connection.execute(ApiKey.__table__.insert().values(
+            name=kind, hint=key[:8], digest=digest(key), created_at=utcnow()))
+
+    async def check(secret: str) -> str | None:
+        engine = async_sql_engine(DatabaseSettings(database_url=url))
+        try:
+            return await client_secrets.owner_of_secret(secret, set(),
+                                                        async_sessionmaker(engine))
+        finally:
+            await engine.dispose()
+
+    secret = client_secrets.mint(key, int(time.time()) + 60)
+    assert asyncio.run(check(secret)) == digest(key)[:32]
+    assert asyncio.run(check(client_secrets.mint("nk_other", int(time.time()) + 60))) is None
+    with table.begin() as connection:
+        connection.execute(ApiKey.__table__.update().values(revoked_at=utcnow()))
+    assert asyncio.run(check(secret)) is None

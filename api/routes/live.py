@@ -20,14 +20,14 @@ from typing import Any, Literal
 import anyio
 import orjson
 import structlog
-from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from api import streaming
+from api import client_secrets, streaming
 from api.errors import ApiError, unavailable
 from api.owned import named_lexicons, uploaded_voices
-from api.schemas import SpeechFields
-from api.state import KEY_PROTOCOL, State, StateDep, get_owner
+from api.schemas import ClientSecretBody, SpeechFields
+from api.state import KEY_PROTOCOL, OwnerDep, State, StateDep, bearer, get_owner
 from api.validation import resolve
 from core import metrics
 from core.channel import ChannelTimeout
@@ -46,8 +46,12 @@ PROTOCOL = """\
 `WS /v1/audio/speech/stream` speaks text as it arrives, as a voice agent sends an LLM's
 tokens. Authenticate as every route does (`Authorization: Bearer <key>` on the upgrade
 request); a browser, which cannot set that header, offers the subprotocols `narrator` and
-`narrator.bearer.<key>` instead, and the server answers with `narrator`. The client sends
-JSON text frames:
+`narrator.bearer.<key>` instead, and the server answers with `narrator`. So that a browser
+never holds the key, a server that does asks `POST /v1/audio/speech/stream/client_secrets`
+(body optional: `{"expires_after": {"seconds": 600}}`, 10 to 7,200) for `{"value":
+"ek_...", "expires_at"}` and hands the browser the value, which it sends in the key's place
+until it expires; it opens this WebSocket only, as the key that asked, and dies with that
+key. The client sends JSON text frames:
 
 - `{"type": "session.config", ...}`: first, once. `model`, `voice`, `speed`, `language`,
   `instructions`, `seed` and `lexicons` as `POST /v1/audio/speech` takes them, and
@@ -99,6 +103,16 @@ class Closed(Exception):
 def _refuse(code: str, message: str, close: int) -> Closed:
     """The session ends on a client's mistake or a limit: an error, then `close`."""
     return Closed(close, ApiError(400, message, code=code))
+
+
+@router.post("/v1/audio/speech/stream/client_secrets")
+async def client_secret(request: Request, _owner: OwnerDep,
+                        body: ClientSecretBody | None = None) -> dict[str, Any]:
+    """A short-lived secret that opens `WS /v1/audio/speech/stream` as this key (for a
+    browser, which should never hold the key): `{"value", "expires_at"}`."""
+    expires_at = int(time.time()) + (body or ClientSecretBody()).expires_after.seconds
+    return {"value": client_secrets.mint(bearer(request), expires_at),
+            "expires_at": expires_at}
 
 
 @router.websocket("/v1/audio/speech/stream")
