@@ -2,6 +2,7 @@
 order, on SQLite and on Postgres, with several dispatchers at once."""
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -242,3 +243,31 @@ def test_a_jobs_queue_counts_its_waiting_and_in_flight_segments(database: Engine
         counts = connection.execute(select(*segment_state.queue_of_job())
                                     .where(Job.id == job)).one()
     assert tuple(counts) == (3, 2)
+
+
+def test_threads_that_ask_at_once_dispatch_in_order_and_to_the_target(database: Engine) -> None:
+    """A wave of segments ends together and each of its threads asks for dispatch: the
+    passes run in turn, so a book's segments reach the broker in order, and no more of them
+    than the queue's target."""
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    job = _job(database, model, "key", 200)
+    sent: list[uuid.UUID] = []
+    start = threading.Barrier(32)
+
+    def send(segment: uuid.UUID) -> None:
+        time.sleep(0.001)  # a broker round trip: other passes would interleave here
+        sent.append(segment)
+
+    def asker() -> None:
+        start.wait()
+        dispatch.dispatch_in_turn(model, lambda: 64, send)
+
+    threads = [threading.Thread(target=asker) for _ in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with database.connect() as connection:
+        index = dict(connection.execute(select(Segment.id, Segment.index)
+                                        .where(Segment.job_id == job)).all())
+    assert [index[s] for s in sent] == list(range(64))

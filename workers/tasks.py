@@ -156,6 +156,14 @@ _targets: dict[str, tuple[float, int]] = {}  # model: (when read, target); repla
 def _dispatch(model: str) -> None:
     """Put the fairest waiting segments of `model` on its queue, as many as its workers have
     slots (workers/jobs/dispatch.py; the registry is read at most every 2 s)."""
+    queue = model_queues(model)[1]
+    dispatch.dispatch_in_turn(model, lambda: _target(model),
+                              lambda segment: synthesize.apply_async((str(segment),), queue=queue))
+
+
+def _target(model: str) -> int:
+    """How many of `model`'s segments its queue should hold (the registry read at most
+    every 2 s)."""
     at, wanted = _targets.get(model, (0.0, 0))
     if time.monotonic() - at > 2.0:
         presence = worker.presence
@@ -166,9 +174,7 @@ def _dispatch(model: str) -> None:
             log.warning("dispatch.registry_unavailable", exc_info=True)
             wanted = dispatch.FLOOR
         _targets[model] = (time.monotonic(), wanted)
-    queue = model_queues(model)[1]
-    dispatch.dispatch(model, wanted,
-                      lambda segment: synthesize.apply_async((str(segment),), queue=queue))
+    return wanted
 
 
 def _dispatch_waiting() -> None:

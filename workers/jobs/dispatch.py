@@ -18,8 +18,10 @@ dispatcher die between its commit and its send, the reaper's dead-worker sweep s
 forgotten-work sweep. Segments not yet dispatched are left to dispatch by both.
 """
 
+import threading
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -70,3 +72,37 @@ def dispatch(model: str, wanted: int, send: Callable[[uuid.UUID], Any]) -> int:
     if picked:
         log.debug("segments.dispatched", model=model, count=len(picked))
     return len(picked)
+
+
+@dataclass
+class _Turn:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    asked: bool = False
+
+
+_turns: dict[str, _Turn] = {}
+_turns_lock = threading.Lock()
+
+
+def dispatch_in_turn(model: str, wanted: Callable[[], int],
+                     send: Callable[[uuid.UUID], Any]) -> None:
+    """Dispatch for `model` one pass at a time in this process: a thread that asks while a
+    pass runs leaves the work to it, and it goes round once more.
+
+    A GPU ends a wave of segments together (64 of the same length finish in one step), and
+    every one of their threads asks for dispatch at once. Each pass took its segments in
+    order, but their sends interleaved on the broker, so a book's segments started out of
+    order: on an H100 its first playable fragment, which needs segment 0, came 20 s after
+    its first finished segment, and the queue held several times its target. Passes in turn
+    send in order, and each counts what the one before queued. (Workers of other processes
+    still dispatch beside this one: each pass is safe against them, as `dispatch` says.)
+    """
+    with _turns_lock:
+        turn = _turns.setdefault(model, _Turn())
+    turn.asked = True  # before trying the lock: a holder reads it after it lets go
+    while turn.asked and turn.lock.acquire(blocking=False):
+        try:
+            turn.asked = False
+            dispatch(model, wanted(), send)
+        finally:
+            turn.lock.release()
