@@ -3,6 +3,7 @@ Piper): text sent in small deltas comes back as each sentence's PCM, in order, b
 events; flush speaks what does not end; a client that stops reading holds synthesis back;
 keys, bad messages and limits close the socket with an error and a close code."""
 
+import io
 import json
 import socket
 import time
@@ -97,6 +98,42 @@ def test_text_in_deltas_comes_back_sentence_by_sentence(local_stack: Stack) -> N
     assert done["characters"] == sum(len(e["text"]) for e in starts)
 
 
+def test_mp3_sentences_decode_as_one_stream_where_the_events_say(local_stack: Stack) -> None:
+    """MP3 out: the frames of all sentences decode as one stream of the length `done` gives,
+    and each sentence's speech lies between its start and end times, with the encoder's
+    near-silent delay before it."""
+    import av
+    import numpy as np
+
+    with _ws(local_stack) as ws:
+        ws.send(json.dumps({"type": "session.config", "response_format": "mp3"}))
+        ws.send(json.dumps({"type": "text.delta", "text": TEXT}))
+        ws.send(json.dumps({"type": "session.close"}))
+        events, audio = _events(ws)
+        assert ws.close_code == 1000
+    stream = b"".join(audio[n] for n in sorted(audio))
+    with av.open(io.BytesIO(stream), mode="r", format="mp3") as container:
+        decoded = np.concatenate([frame.to_ndarray().reshape(-1)
+                                  for frame in container.decode(container.streams.audio[0])])
+    starts = [e for e in events if e["type"] == "sentence.start"]
+    ends = [e for e in events if e["type"] == "sentence.end"]
+    rate = starts[0]["sample_rate"]
+    assert len(starts) == 4
+    assert len(stream) < 0.3 * len(decoded) * 2  # well under 16-bit PCM's size
+    assert len(decoded) / rate == pytest.approx(events[-1]["audio_seconds"], abs=0.001)
+
+    def loudness(first: float, last: float) -> float:
+        part = decoded[int(first * rate):int(last * rate)]
+        return float(np.sqrt(np.mean(part ** 2)))
+
+    for start, end in zip(starts, ends, strict=True):
+        speech = loudness(start["start_seconds"], end["end_seconds"])
+        assert speech > 0.02
+        assert loudness(start["start_seconds"] - 0.045, start["start_seconds"]) < speech / 10
+    for end, start in zip(ends, starts[1:], strict=False):
+        assert end["end_seconds"] < start["start_seconds"]
+
+
 def test_flush_speaks_what_does_not_end(local_stack: Stack) -> None:
     with _ws(local_stack) as ws:
         ws.send(json.dumps({"type": "session.config"}))
@@ -114,7 +151,7 @@ def test_flush_speaks_what_does_not_end(local_stack: Stack) -> None:
 @pytest.mark.parametrize(("messages", "code", "error"), [
     ([{"type": "text.delta", "text": "No config first."}], 1008, "invalid_value"),
     ([{"type": "session.config", "voice": "nobody"}], 1008, "voice_not_found"),
-    ([{"type": "session.config", "response_format": "mp3"}], 1008, "invalid_value"),
+    ([{"type": "session.config", "response_format": "opus"}], 1008, "invalid_value"),
     ([{"type": "session.config"}, {"type": "text.delta", "text": "x" * 5000}], 1009,
      "input_too_long"),
     ([{"type": "session.config"}, {"type": "dance"}], 1008, "invalid_value"),
@@ -327,12 +364,14 @@ def test_a_stored_keys_secret_is_checked_against_the_table(
     (the lookup is a prefix match on the digest, escaped)."""
     import asyncio
 
+    from sqlalchemy import insert, update
     from sqlalchemy.ext.asyncio import async_sessionmaker
 
     from migrations import upgrade
     from models import utcnow
     from models.api_key import ApiKey, digest
-    from models.db import DatabaseSettings, async_sql_engine, sql_engine_for
+    from models.db import async_sql_engine, sql_engine_for
+    from models.settings import DatabaseSettings
     from tests.conftest import drop_database, make_database
 
     name = f"narrator_secrets_{uuid.uuid4().hex[:8]}"  # a key in a table closes its API
@@ -343,7 +382,7 @@ def test_a_stored_keys_secret_is_checked_against_the_table(
     key, table = f"nk_{kind}_stored", sql_engine_for(url)
     request.addfinalizer(table.dispose)
     with table.begin() as connection:
-        connection.execute(ApiKey.__table__.insert().values(
+        connection.execute(insert(ApiKey).values(
             name=kind, hint=key[:8], digest=digest(key), created_at=utcnow()))
 
     async def check(secret: str) -> str | None:
@@ -358,5 +397,5 @@ def test_a_stored_keys_secret_is_checked_against_the_table(
     assert asyncio.run(check(secret)) == digest(key)[:32]
     assert asyncio.run(check(client_secrets.mint("nk_other", int(time.time()) + 60))) is None
     with table.begin() as connection:
-        connection.execute(ApiKey.__table__.update().values(revoked_at=utcnow()))
+        connection.execute(update(ApiKey).values(revoked_at=utcnow()))
     assert asyncio.run(check(secret)) is None

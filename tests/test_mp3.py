@@ -72,3 +72,32 @@ def test_damaged_or_short_files_are_refused() -> None:
     joiner = mp3.Joiner(io.BytesIO())
     with pytest.raises(ValueError, match="bytes"):
         joiner.add(data[:len(data) // 2])  # still being written, or cut short
+
+
+@pytest.mark.parametrize("rate", [22050, 24000])
+def test_streamed_mp3_pieces_decode_as_one_stream_at_their_places(rate: int) -> None:
+    """Pieces encoded block by block (core/mp3_stream.py), put one after another, decode as
+    one stream: each piece's audio DELAY samples into its part, the parts' lengths adding
+    up to the whole."""
+    import av
+
+    from core.mp3_stream import DELAY, Mp3Stream
+
+    noise = np.random.default_rng(2)
+    pieces = []
+    for n in range(3):
+        audio = (0.2 * noise.standard_normal(rate // 2 + 333 * n)).astype(np.float32)
+        encoder = Mp3Stream(rate)
+        data = b"".join(encoder.add(audio[at:at + 1000]) for at in range(0, len(audio), 1000))
+        pieces.append((data + encoder.close(), encoder.samples, audio))
+    with av.open(io.BytesIO(b"".join(p[0] for p in pieces)), mode="r", format="mp3") as container:
+        decoded = np.concatenate([frame.to_ndarray().reshape(-1)
+                                  for frame in container.decode(container.streams.audio[0])])
+    assert len(decoded) == sum(samples for _, samples, _ in pieces)
+    at = 0
+    for _, samples, audio in pieces:
+        heard = decoded[at + DELAY:at + DELAY + 2000]
+        match = np.dot(heard, audio[:2000]) / (np.linalg.norm(heard) * np.linalg.norm(audio[:2000]))
+        assert match > 0.85  # lossy, but the same sound in the same place
+        assert samples >= DELAY + len(audio)
+        at += samples

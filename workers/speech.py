@@ -4,7 +4,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import structlog
@@ -18,6 +18,9 @@ from core.text import clauses, clean, paragraphs, sentences
 from workers.engines import Audio, Engine, SpeechRequest
 from workers.runtime.engine import realtime_engine
 from workers.settings import get_settings
+
+if TYPE_CHECKING:
+    from core.mp3_stream import Mp3Stream
 
 log = structlog.get_logger()
 CLAUSE_CHARS = 84  # a sentence longer than this speaks in clauses when few are asked
@@ -130,6 +133,15 @@ def _pulse(request_id: str) -> Pulse:
     return Pulse(channel_for(settings), request_id, settings.sync_keepalive_seconds)
 
 
+def _mp3(payload: dict[str, Any], rate: int) -> "Mp3Stream | None":
+    """The MP3 encoder of a request that asks `encoding` mp3 (PyAV, imported then)."""
+    if payload.get("encoding") != "mp3":
+        return None
+    from core.mp3_stream import Mp3Stream
+
+    return Mp3Stream(rate)
+
+
 def _timed(engine: Engine, requests: list[SpeechRequest]) -> tuple[Audio, list[Any]] | None:
     """One piece spoken whole with its words' times from the engine (seconds from its
     start), where the engine gives them (Piper's durations); else None."""
@@ -143,7 +155,8 @@ def _timed(engine: Engine, requests: list[SpeechRequest]) -> tuple[Audio, list[A
 
 
 def stream(payload: dict[str, Any]) -> None:
-    """Publish 16-bit PCM chunks as the engine makes them, then the total duration (and,
+    """Publish 16-bit PCM chunks as the engine makes them (or, with `encoding` mp3, the MP3
+    frames they complete: core/mp3_stream.py), then the total duration and samples (and,
     asked `words` of an engine that gives them, the words' times)."""
     request_id = payload["request_id"]
     pulse = _pulse(request_id)
@@ -152,7 +165,9 @@ def stream(payload: dict[str, Any]) -> None:
     sent_at = payload.get("sent_at")  # the API's clock: one host's, in a bench
     try:
         engine = realtime_engine()
-        pulse.start(Message("meta", {"sample_rate": engine.sample_rate, "worker": worker_id()}))
+        mp3 = _mp3(payload, engine.sample_rate)
+        pulse.start(Message("meta", {"sample_rate": engine.sample_rate, "worker": worker_id(),
+                                     "delay": mp3.delay if mp3 else 0}))
         requests = requests_for(payload)
         asked = time.perf_counter()
         timed = _timed(engine, requests) if payload.get("words") else None
@@ -164,14 +179,20 @@ def stream(payload: dict[str, Any]) -> None:
                         (time.time() - sent_at) * 1000 - (time.perf_counter() - started) * 1000,
                         1) if sent_at else None, pieces=len(requests))
                 samples += len(chunk)
-                pulse.publish(Message("data", data=to_pcm16(chunk)))
+                data = mp3.add(chunk) if mp3 else to_pcm16(chunk)
+                if data:
+                    pulse.publish(Message("data", data=data))
+        if mp3 and (tail := mp3.close()):
+            pulse.publish(Message("data", data=tail))
     except Exception as exc:
         log.exception("speech.failed", request_id=request_id)
         pulse.finish(Message("error", {"message": str(exc)[:500]}))
         return
     seconds = samples / engine.sample_rate
     metrics.observe_synthesis(engine.info.id, time.perf_counter() - started, seconds, "sync")
-    pulse.finish(Message("end", {"duration": seconds} | ({"words": timed[1]} if timed else {})))
+    pulse.finish(Message("end", {"duration": seconds, "samples": samples}
+                         | ({"stream_samples": mp3.samples} if mp3 else {})
+                         | ({"words": timed[1]} if timed else {})))
     log.info("speech.streamed", request_id=request_id, seconds=round(seconds, 3))
 
 

@@ -55,7 +55,7 @@ key. The client sends JSON text frames:
 
 - `{"type": "session.config", ...}`: first, once. `model`, `voice`, `speed`, `language`,
   `instructions`, `seed` and `lexicons` as `POST /v1/audio/speech` takes them, and
-  `response_format`: `pcm`, the default and only one.
+  `response_format`: `pcm` (the default) or `mp3` (Opus is not offered yet).
 - `{"type": "text.delta", "text": "..."}`: more text, any size up to SYNC_MAX_CHARS. Each
   sentence is spoken as soon as it ends; one that runs past 200 characters gives up its
   clauses first.
@@ -67,7 +67,10 @@ The server sends, in order:
 - `{"type": "session.ready", "model", "voice"}`: the configuration was taken.
 - `{"type": "sentence.start", "index", "text", "start_seconds", "sample_rate"}`: a
   sentence's audio follows; where it starts in the session's audio, and its rate.
-- binary frames: that sentence's audio, 16-bit little-endian mono PCM.
+- binary frames: that sentence's audio, 16-bit little-endian mono PCM, or MP3 frames (64
+  kbit/s mono, no tag frame). The MP3 frames of a session decode as one stream; each
+  sentence's part of it starts about 50 ms (1,105 samples) before its speech and ends with
+  LAME's padding, and the times in the events are those of the decoded stream.
 - `{"type": "words", "index", "estimated", "words": [{"word", "start", "end"}]}`: its
   words' times in the session's audio. `estimated` false: where the engine put each word
   (Piper's phoneme durations); true: shared out by letter count (engines that do not report
@@ -84,12 +87,13 @@ silent mid-sentence (`worker_lost`); 1013 no worker took a sentence in time.
 
 
 class LiveConfig(SpeechFields):
-    """`session.config`: the sync speech fields, PCM out."""
+    """`session.config`: the sync speech fields, and the audio's format."""
 
     type: Literal["session.config"]
     """The message's type."""
-    response_format: Literal["pcm"] = "pcm"
-    """The audio sent: 16-bit little-endian mono PCM."""
+    response_format: Literal["pcm", "mp3"] = "pcm"
+    """The audio sent: `pcm`, 16-bit little-endian mono; `mp3`, MPEG audio frames (64 kbit/s)
+    that decode as one stream."""
 
 
 class Closed(Exception):
@@ -183,6 +187,7 @@ async def _configure(websocket: WebSocket, state: State, owner: str
         raise Closed(TRY_LATER if error.status_code == 503 else POLICY, error) from None
     payload = {"model": model.id, "voice": voice.id, "response_format": "pcm",
                "speed": config.speed, "stream": True, "words": True, **config.extras()} | (
+        {"encoding": "mp3"} if config.response_format == "mp3" else {}) | (
         {"lexicon": lexicon} if lexicon else {})
     return config, payload
 
@@ -277,35 +282,43 @@ def _dispatch(state: State, payload: dict[str, Any], sentence: str) -> str:
 
 async def _forward(websocket: WebSocket, state: State, request_id: str, sentence: str,
                    totals: dict[str, int]) -> None:
-    """One sentence's frames, forwarded as they come, between its events."""
+    """One sentence's frames, forwarded as they come, between its events.
+
+    `totals["samples"]` is where the session's audio stands once decoded; an MP3 sentence
+    takes more than its speech (the stream's delay before it, padding after), and its times
+    are those of its speech."""
     timeout, silence = state.settings.sync_timeout_seconds, state.settings.sync_silence_seconds
-    index, start, started, timed = totals["sentences"], totals["samples"], False, None
+    index, at, started, end = totals["sentences"], totals["samples"], False, {}
+    delay, counted = 0, 0
     try:
         async for message in streaming.listen(state.channel, request_id, timeout, silence):
             if message.kind == "error":
                 raise Closed(LOST, streaming.engine_error(message))
             if not started and message.kind in ("meta", "data"):
                 rate = int(message.meta.get("sample_rate") or totals["rate"])
+                delay = int(message.meta.get("delay") or 0)
                 totals["rate"], started = rate, True
                 await websocket.send_json({"type": "sentence.start", "index": index,
                                            "text": sentence, "sample_rate": rate,
-                                           "start_seconds": round(start / rate, 3)})
+                                           "start_seconds": round((at + delay) / rate, 3)})
             if message.kind == "data":
                 await websocket.send_bytes(message.data)
-                totals["samples"] += len(message.data) // 2
+                counted += len(message.data) // 2  # PCM's samples (MP3's are in `end`)
             elif message.kind == "end":
-                timed = message.meta.get("words")
+                end = message.meta
                 break
     except ChannelTimeout:
         raise (Closed(LOST, streaming.worker_lost(silence)) if started
                else Closed(TRY_LATER, streaming.no_worker(timeout))) from None
+    speech = int(end.get("samples", counted))
+    totals["samples"] = at + int(end.get("stream_samples", speech))
     totals["sentences"] += 1
     totals["characters"] += len(sentence)
     rate = totals["rate"] or 1
-    await websocket.send_json(_words(index, sentence, start / rate,
-                                     (totals["samples"] - start) / rate, timed))
+    await websocket.send_json(_words(index, sentence, (at + delay) / rate, speech / rate,
+                                     end.get("words")))
     await websocket.send_json({"type": "sentence.end", "index": index,
-                               "end_seconds": round(totals["samples"] / rate, 3)})
+                               "end_seconds": round((at + delay + speech) / rate, 3)})
 
 
 def _words(index: int, sentence: str, start: float, seconds: float,

@@ -92,7 +92,8 @@ class Narrator:
     def speak_live(self, text: Iterable[str], *, voice: str | None = None,
                    model: str | None = None, **fields: Any) -> Iterator[live.Piece]:
         """Speak text as it is written (`text`: its pieces, such as an LLM's tokens) over the
-        WebSocket: yield each sentence's audio (bytes, 16-bit mono PCM) between its
+        WebSocket: yield each sentence's audio (bytes: 16-bit mono PCM, or MP3 frames with
+        `response_format="mp3"`) between its
         `sentence.start` and `sentence.end` events (dicts), then `done`. The pieces are sent
         from a thread as `text` yields them; an error event raises its NarratorError."""
         from websockets.sync.client import connect
