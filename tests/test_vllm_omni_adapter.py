@@ -5,6 +5,7 @@ AsyncOmni.generate() and its three output shapes. The real engine runs in the gp
 and in bench/gpu_engine.py on the lent H100.
 """
 
+import itertools
 import json
 import sys
 import threading
@@ -280,16 +281,17 @@ def test_the_hand_off_sends_a_whole_answer_once_or_in_windows_and_ends_it_once()
     """next_send over a request's talker steps, as the hand-off keeps its state: without
     windows one payload of every frame at the end; with them, windows that cover every frame
     once; a second "finished" call for the same request sends nothing spoken again."""
-    from workers.engines.qwen3_handoff import next_send
+    from workers.engines.qwen3_handoff import next_send, window_end
 
     def run(window: int) -> list[tuple[str, int, int, int]]:
         sent, out = 0, []
         for length in range(1, 251):
-            kind, start, context = next_send("req-3", length, sent, window, length == 250)
+            until = window_end("req-3", sent, window) if window else 0
+            kind, start, context = next_send(length, sent, until, length == 250)
             if kind != "wait":
                 out.append((kind, start, context, length))
                 sent = 0 if kind == "last" else length
-        out.append((*next_send("req-3", 0, 0, window, True), 0))  # finished again, cleared
+        out.append((*next_send(0, 0, 0, True), 0))  # finished again, cleared
         return out
 
     assert run(0) == [("last", 0, 0, 250), ("nothing", 0, 0, 0)]
@@ -299,8 +301,30 @@ def test_the_hand_off_sends_a_whole_answer_once_or_in_windows_and_ends_it_once()
     assert 50 <= first <= 100
     assert windows[1] == ("window", first - 25, 25, first + 100)
     assert windows[2] == ("last", first + 75, 25, 250)
-    assert next_send("r", 180, 180, 100, True) == ("end", 0, 0)
-    assert next_send("r", 0, 0, 100, True) == ("nothing", 0, 0)
+    assert next_send(180, 180, 280, True) == ("end", 0, 0)
+    assert next_send(0, 0, 100, True) == ("nothing", 0, 0)
+
+
+def test_a_ramped_stream_sends_windows_that_each_come_before_the_last_has_played() -> None:
+    """narrator_stream_ramp [1, 2, 4, 8, 16] and 25-frame windows after it, with up to 72
+    frames of context: every frame goes once, in order, and each window holds at most
+    twice the frames of the one before it (its making takes less than that one plays)."""
+    from workers.engines.qwen3_handoff import next_send, ramp_end
+
+    ramp, sent, windows = [1, 2, 4, 8, 16], 0, []
+    for length in range(1, 131):
+        kind, start, context = next_send(length, sent, ramp_end(sent, ramp, 25),
+                                         length == 130, 72)
+        if kind != "wait":
+            windows.append((start, context, length))
+            sent = length
+    assert [end for _, _, end in windows] == [1, 3, 7, 15, 31, 56, 81, 106, 130]
+    assert [(start, context) for start, context, _ in windows[:3]] == [(0, 0), (0, 1), (0, 3)]
+    assert windows[6:8] == [(0, 56, 81), (81 - 72, 72, 106)]  # context: up to 72 frames
+    covered = [n for start, context, end in windows for n in range(start + context, end)]
+    assert covered == list(range(130))
+    sizes = [end - (start + context) for start, context, end in windows]
+    assert all(later <= 2 * earlier for earlier, later in itertools.pairwise(sizes))
 
 
 def test_the_hand_off_reads_the_mark_and_flattens_codebook_major() -> None:

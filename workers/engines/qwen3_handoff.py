@@ -26,7 +26,7 @@ process, which has torch and vLLM-Omni.
 """
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from workers.engines import trace
@@ -79,12 +79,40 @@ def talker2code2wav(transfer_manager: Any, multimodal_output: Any, request: Any,
     payload = getattr(transfer_manager, "request_payload", None) or {}
     cloned = payload.get(request.external_req_id) is not None or (
         isinstance(multimodal_output, Mapping) and _has_reference(multimodal_output))
-    if cloned or not marked_whole(request):
+    extra = _connector_extra(transfer_manager)
+    ramp = [max(1, int(n)) for n in extra.get("narrator_stream_ramp") or ()]
+    if marked_whole(request) and not cloned:
+        window, rid = max(0, int(extra.get("narrator_whole_window_frames") or 0)), \
+            request.external_req_id
+        return _windowed(stock, transfer_manager, multimodal_output, request, is_finished,
+                         lambda sent: window_end(rid, sent, window) if window else 0,
+                         WINDOW_CONTEXT)
+    if cloned or not ramp:
         payload = _streamed(stock, transfer_manager, multimodal_output, request, is_finished)
-        if trace.enabled():
-            _trace_frame(transfer_manager, request, payload)
-        return payload
-    return _whole(stock, transfer_manager, multimodal_output, request, is_finished)
+    else:
+        steady = max(1, int(extra.get("codec_chunk_frames") or 25))
+        payload = _windowed(stock, transfer_manager, multimodal_output, request, is_finished,
+                            lambda sent: ramp_end(sent, ramp, steady),
+                            int(extra.get("codec_left_context_frames") or 72))
+    if trace.enabled():
+        _trace_frame(transfer_manager, request, payload)
+    return payload
+
+
+def ramp_end(sent: int, ramp: Sequence[int], steady: int) -> int:
+    """Return how many frames a streamed request must have before its next window, with
+    `narrator_stream_ramp`: windows of the ramp's sizes one after another (1, 2, 4, ...),
+    then `steady` frames each. Each window then comes before the one before it has played:
+    making twice a window's frames takes less than its audio lasts (a frame is 80 ms; a
+    talker step under load 20-45 ms), where vLLM-Omni's own first window of one frame is
+    followed by a whole `codec_chunk_frames` window, and a player that starts at once stalls
+    (0.16-0.29 s on an H100)."""
+    end = 0
+    for size in ramp:
+        end += size
+        if end > sent:
+            return end
+    return end + steady * ((sent - end) // steady + 1)
 
 
 def _streamed(stock: Any, transfer_manager: Any, multimodal_output: Any, request: Any,
@@ -132,8 +160,10 @@ def _has_reference(output: Mapping[str, Any]) -> bool:
     return ref is not None and getattr(ref, "numel", lambda: 0)() > 0
 
 
-def _whole(stock: Any, transfer_manager: Any, multimodal_output: Any, request: Any,
-           is_finished: bool) -> Any:
+def _windowed(stock: Any, transfer_manager: Any, multimodal_output: Any, request: Any,
+              is_finished: bool, until: Callable[[int], int], context: int) -> Any:
+    """Narrator's own windows: the frames sent once each, a window whenever the request
+    has `until(sent)` frames (0: only at its end), with up to `context` frames before it."""
     import torch
     from vllm_omni.data_entry_keys import CodesStruct, MetaStruct, OmniPayloadStruct
 
@@ -148,8 +178,7 @@ def _whole(stock: Any, transfer_manager: Any, multimodal_output: Any, request: A
     if sent_by is None:  # frames already sent per windowed request, as vLLM-Omni keeps its own
         sent_by = transfer_manager.narrator_sent = {}
     sent = sent_by.get(request_id, 0)
-    kind, start, context = next_send(request_id, len(frames), sent,
-                                     _window_frames(transfer_manager), finished)
+    kind, start, left = next_send(len(frames), sent, until(sent), finished, context)
     if kind == "wait":
         return None
     if finished:
@@ -167,33 +196,34 @@ def _whole(stock: Any, transfer_manager: Any, multimodal_output: Any, request: A
         sent_by[request_id] = len(frames)
     return OmniPayloadStruct(
         codes=CodesStruct(audio=codes),
-        meta=MetaStruct(left_context_size=context,
+        meta=MetaStruct(left_context_size=left,
                         finished=torch.tensor(finished, dtype=torch.bool)),
         speaker=stock.extract_speaker_from_request(request),
         language=stock.extract_language_from_request(request),
     )
 
 
-def next_send(request_id: str, length: int, sent: int, window: int,
-              finished: bool) -> tuple[str, int, int]:
-    """Decide a whole answer's hand-off after a talker step: (kind, first frame, context).
+def next_send(length: int, sent: int, until: int, finished: bool,
+              context: int = WINDOW_CONTEXT) -> tuple[str, int, int]:
+    """Decide a windowed request's hand-off after a talker step: (kind, first frame, context).
 
     kind: "wait" (nothing yet), "window" (frames sent..length, not the last), "last" (the
     rest, finished), "end" (finished with every frame sent earlier: an empty last payload),
-    "nothing" (finished having spoken no frame). `window` 0: one "last" at the end.
+    "nothing" (finished having spoken no frame). `until`: the frames the next window waits
+    for (0: one "last" at the end).
     """
     if finished:
         if length > sent:
-            return ("last", *window_span(length, sent, WINDOW_CONTEXT))
+            return ("last", *window_span(length, sent, context))
         return ("end" if sent else "nothing"), 0, 0
-    if window and length >= window_end(request_id, sent, window):
-        return ("window", *window_span(length, sent, WINDOW_CONTEXT))
+    if until and length >= until:
+        return ("window", *window_span(length, sent, context))
     return "wait", 0, 0
 
 
-def _window_frames(transfer_manager: Any) -> int:
-    """Return the connector's `narrator_whole_window_frames` (0: whole answers at the end)."""
+def _connector_extra(transfer_manager: Any) -> dict[str, Any]:
+    """Return the connector's extra config (the deploy config's `connectors: ...: extra`)."""
     connector = getattr(transfer_manager, "connector", None)
     raw = getattr(connector, "config", {}) or {}
     extra = raw.get("extra", raw) if isinstance(raw, dict) else {}
-    return max(0, int(extra.get("narrator_whole_window_frames") or 0))
+    return extra if isinstance(extra, dict) else {}
