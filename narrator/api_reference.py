@@ -102,9 +102,12 @@ def body(operation: dict[str, Any], components: dict[str, Any]) -> tuple[list[st
     for kind, entry in content.items():
         model = entry.get("schema", {})
         components.update(model.get("$defs", {}))  # a body schema given whole (openapi_extra)
+        optional = [m for m in model.get("anyOf", []) if "$ref" in m]  # a body that may be left out
+        if optional:
+            model = optional[0]
         if "$ref" in model:
             model = components[type_of(model)]
-        lines += ["", f"Body (`{kind}`):", "", *fields(model)]
+        lines += ["", f"Body (`{kind}`{', optional' if optional else ''}):", "", *fields(model)]
         used |= refs(model)
     return lines, used
 
