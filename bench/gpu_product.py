@@ -508,17 +508,19 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
 @contextlib.contextmanager
 def profiled(args: argparse.Namespace, workers: list[subprocess.Popen[bytes]],
              logs: Path) -> Iterator[None]:
-    """With --profile S: py-spy samples the first GPU worker's process for S seconds (its
-    threads, 100 Hz, as raw folded stacks in LOGS/worker_spy.txt), and the threads that hold
-    the GIL in LOGS/worker_spy_gil.txt, one after the other."""
+    """With --profile S: py-spy samples the first GPU worker's process and its children (the
+    engine's process and its stages) for S/2 seconds (every thread, idle ones too, 100 Hz, as
+    raw folded stacks rooted at each process in LOGS/worker_spy.txt), then the threads that
+    hold the GIL in LOGS/worker_spy_gil.txt."""
     if not args.profile or not workers:  # embedded mode: no GPU worker of its own
         yield
         return
     pid, half = str(workers[0].pid), str(max(1, args.profile // 2))
     spy = subprocess.Popen(
-        f"{args.py_spy} record -p {pid} -d {half} -r 100 -f raw --threads --nonblocking "
+        f"{args.py_spy} record -p {pid} -d {half} -r 100 -f raw --threads --subprocesses "
+        f"--idle --nonblocking "
         f"-o {logs / 'worker_spy.txt'}; {args.py_spy} record -p {pid} -d {half} -r 100 "
-        f"-f raw --threads --gil --nonblocking -o {logs / 'worker_spy_gil.txt'}",
+        f"-f raw --threads --gil --subprocesses --nonblocking -o {logs / 'worker_spy_gil.txt'}",
         shell=True, stdout=subprocess.DEVNULL, stderr=(logs / "py-spy.log").open("wb"))
     try:
         yield
