@@ -54,7 +54,7 @@ class SpeechFields(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     model: StrictStr | None = None
-    """A model id of `GET /v1/models`; empty: the first model it lists."""
+    """A model id of `GET /v1/models`; empty: the first model it lists that has the voice."""
     voice: StrictStr | VoiceRef | None = None
     """A voice of the model (`GET /v1/audio/voices`), built in or uploaded, as a string or
     `{"id": ...}`; empty: the model's first voice."""

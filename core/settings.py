@@ -37,10 +37,16 @@ class SpeechSettings(BaseSettings):
     model_config = CONFIG
 
     engine: str = "piper"
-    """`piper` (CPU) or `vllm-omni` (GPU, Qwen3-TTS)."""
+    """`piper` (CPU), `kokoro` (CPU, Kokoro-82M: five voices) or `vllm-omni` (GPU,
+    Qwen3-TTS). `narrator serve` on Piper also runs a Kokoro worker where Kokoro's package
+    is installed (SERVE_KOKORO), so both engines' voices are offered."""
     model: str = ""
     """Piper: the model id (empty: `piper`, the bundled voice). vLLM-Omni: a checkpoint
     folder, or a hub id already in the local cache (nothing is fetched at run time)."""
+    serve_kokoro: bool = True
+    """`narrator serve` on Piper also runs a worker for Kokoro (`realtime.kokoro`,
+    `batch.kokoro`) where its package is installed, so both engines' voices are offered;
+    false: Piper's worker only (about 250 MB less memory)."""
     aligner: Literal["pocketsphinx", "qwen3"] = "pocketsphinx"
     """The forced aligner of the workers that run `narrator.align_segment`: `pocketsphinx`
     (CPU, bundled en-us model: English) or `qwen3`: Qwen3-ForcedAligner-0.6B through vLLM on

@@ -108,7 +108,7 @@ def worker(
 
     structlog.get_logger().info("worker.starting", pid=os.getpid())
     _quiet_root_warning()
-    from core.catalog import catalog
+    from core.catalog import CPU_ENGINES, catalog
     from core.queues import BATCH, REALTIME, split_queues, worker_queues
     from workers.app import celery_app
     from workers.settings import cores, get_settings
@@ -116,7 +116,7 @@ def worker(
     settings = get_settings()
     # GPU workers leave assembly to CPU workers while any run (workers.tasks.assembly_queue).
     queues = queues or ",".join(worker_queues([m.id for m in catalog(settings)],
-                                              assembles=settings.engine == "piper"))
+                                              assembles=settings.engine in CPU_ENGINES))
     os.environ["NARRATOR_WORKER_QUEUES"] = queues  # the worker's settings read it
     get_settings.cache_clear()
     # Realtime queues go to the worker's realtime lane (workers.runtime.lane), the rest to
@@ -210,12 +210,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
     private_data()
     _share_metrics()  # the API's /metrics shows the worker's too
     upgrade_database()
-    # -P: keep the working directory off sys.path in the child too. No Celery banner and no
-    # Celery chatter: the worker's own lines (job and segment events) and the API's requests.
-    child = subprocess.Popen([sys.executable, "-P", "-m", "narrator", "worker", "--no-banner",
-                              "--loglevel", "WARNING"],
-                             env=os.environ.copy())
-    typer.echo(f"Narrator on http://{host}:{port} (worker pid {child.pid}); Ctrl-C stops it")
+    children = [subprocess.Popen(command, env=env) for command, env in _serve_workers()]
+    pids = ", ".join(str(c.pid) for c in children)
+    typer.echo(f"Narrator on http://{host}:{port} (worker pids {pids}); Ctrl-C stops it")
     # uvicorn shuts down on SIGTERM (docker stop, systemd, kill) and then raises the signal
     # again under the handler it found: SIGTERM's default would end this process before the
     # `finally` below, leaving the worker running. Exit through the `finally` instead.
@@ -223,8 +220,30 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
     try:
         api(host=host, port=port, workers=1)
     finally:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+def _serve_workers() -> list[tuple[list[str], dict[str, str]]]:
+    """The workers `narrator serve` runs: the configured engine's, and on Piper a Kokoro
+    worker beside it where Kokoro is installed (SERVE_KOKORO), taking only its model's
+    queues (plans and assemblies stay with the first)."""
+    from core.catalog import kokoro_installed
+    from core.queues import model_queues
+    from workers.settings import get_settings
+
+    # -P: keep the working directory off sys.path in the child too. No Celery banner and no
+    # Celery chatter: the worker's own lines (job and segment events) and the API's requests.
+    command = [sys.executable, "-P", "-m", "narrator", "worker", "--no-banner",
+               "--loglevel", "WARNING"]
+    workers = [(command, os.environ.copy())]
+    settings = get_settings()
+    if settings.engine == "piper" and settings.serve_kokoro and kokoro_installed():
+        workers.append(([*command, "--queues", ",".join(model_queues("kokoro"))],
+                        os.environ | {"NARRATOR_ENGINE": "kokoro", "NARRATOR_MODEL": ""}))
+    return workers

@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from core.catalog import kokoro_installed
+
 
 def free_port() -> int:
     """Return a TCP port that is free on loopback right now."""
@@ -233,17 +235,24 @@ def wait_segments(client: httpx.Client, job_id: str, at_least: int, timeout: flo
 
 
 @contextmanager
-def embedded(folder: Path) -> Iterator[tuple[str, Process]]:
-    """Run `narrator serve` with only embedded defaults under `folder`; yield its URL and
-    process once /readyz answers."""
+def embedded(folder: Path, settings: dict[str, str] | None = None
+             ) -> Iterator[tuple[str, Process]]:
+    """Run `narrator serve` with only embedded defaults under `folder` (and `settings`);
+    yield its URL and process once /readyz answers and every worker it starts has
+    registered its model."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("NARRATOR_", "PROMETHEUS_"))}
     env |= {"NARRATOR_DATA_DIR": str(folder / "data"), "NARRATOR_LOG_JSON": "1"}
+    env |= settings or {}
+    kokoro = kokoro_installed() and env.get("NARRATOR_SERVE_KOKORO", "true") != "false"
     port = free_port()
     process = Process(narrator("serve", "--port", str(port)), env, folder / "serve.log").start()
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, 60, "narrator serve")
+        if kokoro:
+            wait_for(lambda: httpx.get(f"{url}/v1/models/kokoro").status_code == 200, 60,
+                     "narrator serve's Kokoro worker")
         yield url, process
     finally:
         process.stop()

@@ -126,7 +126,12 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str,
     from workers.app import celery_app
     from workers.settings import get_settings
 
+    import workers.runtime.engine
+
     monkeypatch.setattr(workers.settings, "cores", lambda: cores)
+    # No engine is started: the argv is what is checked (tests/test_engine_process.py tests
+    # the early start).
+    monkeypatch.setattr(workers.runtime.engine, "start_early", lambda: None)
     monkeypatch.setattr(server, "_supervise_workers", lambda _queues, count, _pool, threads, *_: (
         argv.extend(["supervise", count, threads])))
     monkeypatch.setenv("NARRATOR_ENGINE", engine)

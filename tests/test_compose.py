@@ -48,6 +48,10 @@ def test_api_and_workers_run_the_right_commands(compose: dict[str, Any]) -> None
     assert "8000:8000" in services["api"]["ports"]
     assert services["worker-cpu"]["command"][:1] == ["worker"]
     assert services["worker-cpu"]["environment"]["NARRATOR_ENGINE"] == "piper"
+    kokoro = services["worker-kokoro"]  # the second CPU engine: its model's queues only
+    assert kokoro["environment"]["NARRATOR_ENGINE"] == "kokoro"
+    assert kokoro["command"] == ["worker", "--queues", "realtime.kokoro,batch.kokoro"]
+    assert "profiles" not in kokoro
     # Beside GPU workers, an assembly worker: no model queue, so no engine and a threads pool.
     assembler = services["worker-assembly"]
     assert assembler["command"] == ["worker", "--queues", "assembly"]

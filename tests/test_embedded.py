@@ -61,7 +61,7 @@ def test_api_and_worker_started_separately_share_the_data_dir(tmp_path: Path) ->
 
 def test_stopping_serve_with_sigterm_stops_its_worker(tmp_path: Path) -> None:
     """docker stop, systemd and `kill` send SIGTERM to `narrator serve` alone, not to its
-    process group: the worker it started must stop with it."""
+    process group: the workers it started (Piper's and Kokoro's) must stop with it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NARRATOR_", "PROMETHEUS_"))}
     env |= {"NARRATOR_DATA_DIR": str(tmp_path / "data"), "NARRATOR_LOG_JSON": "1"}
     port = free_port()
@@ -69,11 +69,15 @@ def test_stopping_serve_with_sigterm_stops_its_worker(tmp_path: Path) -> None:
     try:
         wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, 60,
                  "narrator serve")
-        worker = int(re.search(r"worker pid (\d+)", serve.output())[1])  # type: ignore[index]
-        assert Path(f"/proc/{worker}").exists()
+        listed = re.search(r"worker pids ([\d, ]+)\)", serve.output())
+        assert listed is not None
+        workers = [int(pid) for pid in listed[1].split(", ")]
+        assert len(workers) == 2
+        assert all(Path(f"/proc/{pid}").exists() for pid in workers)
         assert serve.popen is not None
         os.kill(serve.popen.pid, signal.SIGTERM)  # the parent only
         assert serve.popen.wait(60) == 128 + signal.SIGTERM
-        wait_for(lambda: not Path(f"/proc/{worker}").exists(), 30, "the worker to stop")
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers), 30,
+                 "the workers to stop")
     finally:
         serve.stop()

@@ -361,7 +361,14 @@ def test_voices_are_listed_and_upload_says_why_it_is_off(browser: WebDriver,
     rows = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#voice-table tbody tr"))
     listed = httpx.get(f"{served}/v1/audio/voices").json()["voices"]
     assert [r.text.split()[0] for r in rows] == [v["name"].split()[0] for v in listed]
-    assert all(r.text.endswith("builtin") for r in rows)
+    assert all(r.text.endswith("builtin Hear") for r in rows), [r.text for r in rows]
+    assert {v["model"] for v in listed} == {"piper", "kokoro"}  # both CPU engines by default
+    # A short sample of a voice of each engine, made when asked for, played in the page.
+    for voice in ("joe", "jm_kumo"):
+        row = next(r for r, v in zip(rows, listed, strict=True) if v["id"] == voice)
+        row.find_element(By.TAG_NAME, "button").click()
+        playing = "Playing a sample of " + next(v["name"] for v in listed if v["id"] == voice)
+        until(browser, lambda d: text_of(d, "status") == playing)  # noqa: B023
     assert "No model here clones voices" in text_of(browser, "voice-note")
     assert not browser.find_element(By.ID, "voice-go").is_enabled()
 

@@ -712,6 +712,11 @@ async function loadVoices() {
       for (const text of [v.name, v.model, v.languages.join(", "), v.kind]) {
         const td = document.createElement("td"); td.textContent = text; row.append(td);
       }
+      const hear = document.createElement("button");
+      hear.type = "button"; hear.textContent = "Hear";
+      hear.setAttribute("aria-label", `Hear a sample of ${v.name}`);
+      hear.onclick = () => guarded(hear, () => playSample(v));
+      const cell = document.createElement("td"); cell.append(hear); row.append(cell);
       return row;
     }));
     const cloners = models.filter((m) => m.task_type === "Base");
@@ -722,6 +727,22 @@ async function loadVoices() {
   } catch (error) {
     showError(error);
   }
+}
+
+// A short sample, made when asked for (nothing is stored): a sentence in the voice's
+// first language where one is known, else in English.
+const SAMPLES = { ja: "こんにちは。この声で読み上げます。" };
+
+async function playSample(voice) {
+  const language = (voice.languages[0] || "en").toLowerCase().split("-")[0];
+  const input = SAMPLES[language] || `Hello, this is ${voice.name.split(" (")[0]}.`;
+  const response = await api("/v1/audio/speech", { method: "POST", json: {
+    model: voice.model, voice: voice.id, input, response_format: "mp3" } });
+  const url = URL.createObjectURL(await response.blob());
+  const audio = new Audio(url);
+  audio.onended = () => URL.revokeObjectURL(url);
+  await audio.play();
+  say(`Playing a sample of ${voice.name}`);
 }
 
 $("voice-form").addEventListener("submit", (event) => {

@@ -5,6 +5,7 @@ from functools import lru_cache
 
 from pydantic_settings import BaseSettings
 
+from core.catalog import CPU_ENGINES
 from core.settings import CoreSettings
 from models.settings import CONFIG
 from workers.tuning import EngineTuning
@@ -219,7 +220,7 @@ class WorkerSettings(CoreSettings, SynthesisSettings, AssemblySettings, Alignmen
         """Return the realtime lane's thread count."""
         if self.realtime_threads:
             return self.realtime_threads
-        return 1 if self.engine == "piper" else self.vllm_realtime_sequences
+        return 1 if self.engine in CPU_ENGINES else self.vllm_realtime_sequences
 
     def pool_threads(self, gpu: bool) -> int:
         """A worker's pool threads (WORKER_THREADS, or its default).
@@ -236,7 +237,7 @@ class WorkerSettings(CoreSettings, SynthesisSettings, AssemblySettings, Alignmen
     @property
     def sync_piece_limit(self) -> int:
         """Return how many pieces a sync request is spoken in at most."""
-        return self.sync_pieces or (1 if self.engine == "piper" else 4)
+        return self.sync_pieces or (1 if self.engine in CPU_ENGINES else 4)
 
 
 def cores() -> int:

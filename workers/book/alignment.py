@@ -113,9 +113,9 @@ def retries(job: Job) -> bool:
     return job.options.get("verify") == "retry" and verifies(job)
 
 
-# Engines that say the same words on every take: Piper's takes differ only in its noise, so
-# a misheard Piper segment is flagged, never synthesised again.
-SAME_WORDS_EVERY_TAKE = ("piper",)
+# Engines that say the same words on every take: Piper's and Kokoro's takes differ only in
+# their noise, so a misheard segment of theirs is flagged, never synthesised again.
+SAME_WORDS_EVERY_TAKE = ("piper", "kokoro")
 RETAKE_SEED = 7919  # seed step between takes (the length guard's own retries add 1, 2, ...)
 
 

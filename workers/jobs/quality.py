@@ -19,7 +19,7 @@ from workers.engines import Audio, Engine, SpeechRequest
 
 log = structlog.get_logger()
 
-DEFAULT_SECONDS_PER_CHAR = {"piper": 0.06, "vllm-omni": 0.07}
+DEFAULT_SECONDS_PER_CHAR = {"piper": 0.06, "kokoro": 0.07, "vllm-omni": 0.07}
 MIN_CALIBRATION_CHARS = 500
 RUNAWAY_RATIO, RUNAWAY_SLACK_SECONDS = 3.0, 6.0
 TRUNCATED_RATIO, MIN_CHARS_FOR_TRUNCATION = 0.3, 40

@@ -72,6 +72,10 @@ def _load() -> Engine:
         from workers.engines.piper import PiperEngine
 
         return PiperEngine(info, sentence_gap=settings.sentence_gap_seconds)
+    if info.engine == "kokoro":
+        from workers.engines.kokoro import KokoroEngine
+
+        return KokoroEngine(info, sentence_gap=settings.sentence_gap_seconds)
     if info.engine == "vllm-omni":
         if not settings.vllm_engine_process:
             return vllm_from_settings()
