@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from core.audio import Audio
 from core.catalog import ModelInfo
 
-__all__ = ["Audio", "Engine", "SpeechRequest", "drain", "slots_for"]
+__all__ = ["Audio", "Engine", "SpeechRequest", "drain", "slots_for", "whole"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,12 @@ class Engine(Protocol):
     def synthesize(self, requests: list[SpeechRequest]) -> list[Audio]: ...
 
     def stream(self, request: SpeechRequest) -> Iterator[Audio]: ...
+
+
+def whole(chunks: Iterator[Audio]) -> Audio:
+    """Join a request's streamed chunks into its whole audio (empty: no samples)."""
+    pieces = list(chunks)
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
 
 
 def drain(future: "concurrent.futures.Future[Audio]", chunks: "queue.SimpleQueue[Audio]"

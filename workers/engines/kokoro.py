@@ -29,7 +29,7 @@ import numpy as np
 import onnxruntime
 
 from core.catalog import ModelInfo
-from workers.engines import Audio, SpeechRequest
+from workers.engines import Audio, SpeechRequest, whole
 
 SAMPLE_RATE = 24000
 MAX_TOKENS = 500  # a piece's phonemes: the model's context is 512 with its two pads
@@ -217,11 +217,7 @@ class KokoroEngine:
     def synthesize(self, requests: list[SpeechRequest]) -> list[Audio]:
         """Speak each request whole, one after another (the caller's thread is the unit of
         parallelism)."""
-        out: list[Audio] = []
-        for request in requests:
-            chunks = list(self.stream(request))
-            out.append(np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32))
-        return out
+        return [whole(self.stream(request)) for request in requests]
 
     def _sentences(self, request: SpeechRequest) -> list[str]:
         language = (request.language or "").lower()

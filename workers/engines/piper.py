@@ -14,7 +14,7 @@ from piper.config import PiperConfig
 from core.catalog import ModelInfo
 from workers.aligners import Word, words_of
 from workers.aligners.durations import Spoken, from_durations
-from workers.engines import Audio, SpeechRequest
+from workers.engines import Audio, SpeechRequest, whole
 
 
 def load_voice(intra_op_threads: int = 0, durations: bool = False) -> PiperVoice:
@@ -96,11 +96,7 @@ class PiperEngine:
     def synthesize(self, requests: list[SpeechRequest]) -> list[Audio]:
         """Speak each request whole, one after another (the caller's thread is the unit of
         parallelism)."""
-        out: list[Audio] = []
-        for request in requests:
-            chunks = list(self.stream(request))
-            out.append(np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32))
-        return out
+        return [whole(self.stream(request)) for request in requests]
 
     def synthesize_words(self, requests: list[SpeechRequest]
                          ) -> list[tuple[Audio, list[Word] | None]]:
