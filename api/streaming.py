@@ -9,14 +9,17 @@ import orjson
 
 from api.errors import ApiError, unavailable
 from core.channel import Channel, ChannelTimeout, Message
+from core.marking import Provenance, riff_info
 
 UNKNOWN_SIZE = 0xFFFFFFFF
 
 
-def wav_header(sample_rate: int) -> bytes:
-    """Return a 16-bit mono WAV header whose sizes say 'unknown' (streaming)."""
+def wav_header(sample_rate: int, provenance: Provenance | None = None) -> bytes:
+    """Return a 16-bit mono WAV header whose sizes say 'unknown' (streaming), with the
+    marks that it is synthetic (a LIST/INFO chunk before the samples) given `provenance`."""
     return (b"RIFF" + struct.pack("<I", UNKNOWN_SIZE) + b"WAVEfmt "
             + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, sample_rate * 2, 2, 16)
+            + (riff_info(provenance) if provenance else b"")
             + b"data" + struct.pack("<I", UNKNOWN_SIZE))
 
 

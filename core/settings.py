@@ -43,6 +43,12 @@ class SpeechSettings(BaseSettings):
     model: str = ""
     """Piper: the model id (empty: `piper`, the bundled voice). vLLM-Omni: a checkpoint
     folder, or a hub id already in the local cache (nothing is fetched at run time)."""
+    mark_output: bool = True
+    """Mark every output as AI-generated in its container's metadata (core/marking.py: ID3
+    for MP3, MP4 atoms for m4b, Vorbis comments for FLAC and Opus, a RIFF INFO chunk and ID3
+    for WAV; job files, sync answers and streamed WAV headers): the software, model, voice,
+    job id and a statement. Raw PCM and AAC carry none. Set it alike on the API and the
+    workers."""
     serve_kokoro: bool = True
     """`narrator serve` on Piper also runs a worker for Kokoro (`realtime.kokoro`,
     `batch.kokoro`) where its package is installed, so both engines' voices are offered;

@@ -121,12 +121,11 @@ def _worker_argv(monkeypatch: pytest.MonkeyPatch, engine: str, queues: str,
                  cores: int = 4) -> list[str]:
     """Return the Celery argv `narrator worker` builds for `engine` and `queues` on a host
     of `cores` cores; with several processes, ["supervise", processes, threads]."""
+    import workers.runtime.engine
     import workers.settings
     from narrator import server
     from workers.app import celery_app
     from workers.settings import get_settings
-
-    import workers.runtime.engine
 
     monkeypatch.setattr(workers.settings, "cores", lambda: cores)
     # No engine is started: the argv is what is checked (tests/test_engine_process.py tests

@@ -55,9 +55,13 @@ def test_wav_stream_has_an_open_ended_header(local_stack: Stack) -> None:
     assert data[8:16] == b"WAVEfmt "
     channels, rate = struct.unpack("<HI", data[22:28])
     assert (channels, rate) == (1, 22050)
-    assert data[36:40] == b"data"
-    assert struct.unpack("<I", data[40:44])[0] == 0xFFFFFFFF
-    samples = np.frombuffer(data[44:], "<i2")
+    # Then the marks that the audio is synthetic (MARK_OUTPUT, on by default: a LIST/INFO
+    # chunk, tests/test_marking.py), then the samples' chunk of unknown size.
+    assert data[36:40] == b"LIST"
+    at = 44 + struct.unpack("<I", data[40:44])[0]
+    assert data[at:at + 4] == b"data"
+    assert struct.unpack("<I", data[at + 4:at + 8])[0] == 0xFFFFFFFF
+    samples = np.frombuffer(data[at + 8:], "<i2")
     assert len(samples) / rate > 3.0
 
 

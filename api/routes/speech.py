@@ -14,6 +14,7 @@ from api.state import OwnerDep, SessionDep, State, StateDep
 from api.validation import resolve, text_field
 from core import metrics
 from core.channel import ChannelTimeout
+from core.marking import Provenance
 from core.queues import SPEAK, model_queues
 from core.text import strip_pauses
 
@@ -53,7 +54,8 @@ async def create_speech(body: SpeechBody, request: Request, state: StateDep,
     except Exception as exc:
         raise unavailable(f"the broker is unreachable: {exc}") from exc
     if streamed:
-        return await _stream(body, state, request_id, len(text), model.id, started)
+        made = Provenance(model.id, voice.id) if state.settings.mark_output else None
+        return await _stream(body, state, request_id, len(text), model.id, started, made)
     silence = state.settings.sync_silence_seconds
     started_work = False  # the first frame says a worker took the request
     try:
@@ -75,7 +77,7 @@ async def create_speech(body: SpeechBody, request: Request, state: StateDep,
 
 
 async def _stream(body: SpeechBody, state: State, request_id: str, characters: int,
-                  model: str, started: float) -> StreamingResponse:
+                  model: str, started: float, made: Provenance | None) -> StreamingResponse:
     timeout = state.settings.sync_timeout_seconds
     frames = streaming.listen(state.channel, request_id, timeout,
                               state.settings.sync_silence_seconds)
@@ -93,5 +95,5 @@ async def _stream(body: SpeechBody, state: State, request_id: str, characters: i
                                  media_type="text/event-stream", headers=headers)
     wav = body.response_format == "wav"
     return StreamingResponse(
-        streaming.pcm_body(frames, streaming.wav_header(rate) if wav else b""),
+        streaming.pcm_body(frames, streaming.wav_header(rate, made) if wav else b""),
         media_type="audio/wav" if wav else "audio/pcm", headers=headers)

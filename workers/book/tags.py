@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.audio import Mark
+from core.marking import Provenance, add_id3, add_mp4
 
 TAGGED = ("mp3", "m4b")
 
@@ -49,15 +50,17 @@ def book_tags(options: dict[str, Any], voice: str, cover: bytes | None,
                 cover_png=str(options.get("cover", "")).endswith(".png"))
 
 
-def write(path: Path, fmt: str, tags: Tags, marks: list[Mark] | None = None) -> None:
-    """Write `tags` (and, for an MP3 book, `marks` as ID3 chapters) into the file at `path`."""
+def write(path: Path, fmt: str, tags: Tags, marks: list[Mark] | None = None,
+          made: Provenance | None = None) -> None:
+    """Write `tags` (and, for an MP3 book, `marks` as ID3 chapters; given `made`, the marks
+    that it is synthetic: core/marking.py) into the file at `path`."""
     if fmt == "m4b":
-        _mp4(path, tags)
+        _mp4(path, tags, made)
     elif fmt == "mp3":
-        _id3(path, tags, marks or [])
+        _id3(path, tags, marks or [], made)
 
 
-def _mp4(path: Path, tags: Tags) -> None:
+def _mp4(path: Path, tags: Tags, made: Provenance | None) -> None:
     from mutagen.mp4 import MP4, MP4Cover
 
     audio = MP4(path)
@@ -77,6 +80,8 @@ def _mp4(path: Path, tags: Tags) -> None:
     if tags.cover:
         kind = MP4Cover.FORMAT_PNG if tags.cover_png else MP4Cover.FORMAT_JPEG
         audio.tags["covr"] = [MP4Cover(tags.cover, imageformat=kind)]
+    if made:
+        add_mp4(audio.tags, made)
     audio.save()
 
 
@@ -103,7 +108,7 @@ def _chapters_in_order() -> Any:
     return Ordered()
 
 
-def _id3(path: Path, tags: Tags, marks: list[Mark]) -> None:
+def _id3(path: Path, tags: Tags, marks: list[Mark], made: Provenance | None) -> None:
     from mutagen import id3
 
     frames = _chapters_in_order()
@@ -130,4 +135,6 @@ def _id3(path: Path, tags: Tags, marks: list[Mark]) -> None:
             frames.add(id3.CHAP(element_id=element, start_time=round(start * 1000),
                                 end_time=round(end * 1000), sub_frames=[
                                     id3.TIT2(encoding=id3.Encoding.UTF8, text=[title])]))
+    if made:
+        add_id3(frames, made)
     frames.save(path, v2_version=4)
