@@ -85,9 +85,13 @@ def test_the_chart_renders_and_every_object_is_valid(values: list[Path]) -> None
     assert invalid(objects) == []
 
 
-def test_the_defaults_bundle_no_database_and_run_api_and_cpu_worker() -> None:
+def test_the_defaults_bundle_no_database_and_run_api_and_cpu_workers() -> None:
     objects = render(CHART, [])
-    assert set(by_kind(objects, "Deployment")) == {"narrator-api", "narrator-worker-cpu"}
+    deployments = by_kind(objects, "Deployment")
+    assert set(deployments) == {"narrator-api", "narrator-worker-cpu", "narrator-worker-kokoro"}
+    kokoro = deployments["narrator-worker-kokoro"]["spec"]["template"]["spec"]["containers"][0]
+    assert kokoro["args"] == ["worker", "--queues", "realtime.kokoro,batch.kokoro"]
+    assert {"name": "NARRATOR_ENGINE", "value": "kokoro"} in kokoro["env"]
     assert not by_kind(objects, "StatefulSet")
     images = {c["image"] for d in by_kind(objects, "Deployment").values()
               for c in d["spec"]["template"]["spec"]["containers"]}
