@@ -16,7 +16,7 @@ from starlette.datastructures import UploadFile
 
 from api.errors import ApiError, bad_request
 from api.schemas import Chapter, JobBody
-from api.validation import find_voice, text_field
+from api.validation import check_script, find_voice, text_field
 from core import outbound
 from core.catalog import ModelInfo, VoiceInfo
 from core.epub import BadEpub
@@ -76,6 +76,8 @@ def text_of(body: JobBody, model: ModelInfo, own: list[VoiceInfo], limit: int,
     checked: what costs CPU in proportion to the text, for a worker thread when long."""
     found = chapters(body, limit, max_chapters)
     check_silence(found)
+    for chapter in found:
+        check_script(model, chapter["input"], body.language)
     return found, cast(body, found, model, own)
 
 

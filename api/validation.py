@@ -3,7 +3,7 @@
 from api.errors import bad_request, unavailable
 from api.schemas import SpeechFields
 from core.catalog import ModelInfo, VoiceInfo, speaks
-from core.text import clean, speakable, strip_pauses
+from core.text import clean, japanese, speakable, strip_pauses
 
 RAW_FACTOR = 4  # a text longer than this times its limit is refused before it is cleaned
 
@@ -43,6 +43,16 @@ def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...],
                           f"'{voice.id}'; it speaks {', '.join(voice.languages)}",
                           "language", "unsupported_language")
     return model, voice
+
+
+def check_script(model: ModelInfo, text: str, language: str | None) -> None:
+    """A 400 for Japanese text (kana or kanji, no `language` given) to a Kokoro worker that
+    cannot read it (its Japanese reader is the `japanese` extra): the engine would fail."""
+    if (model.engine == "kokoro" and not language and not speaks(model.languages, "ja")
+            and japanese(text)):
+        raise bad_request("input: Japanese text needs Kokoro's Japanese reader, which the "
+                          "Kokoro workers here lack (install narrator[japanese] there)",
+                          "input", "unsupported_language")
 
 
 def find_voice(model: ModelInfo, own: list[VoiceInfo], voice_id: str) -> VoiceInfo | None:

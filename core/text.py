@@ -13,7 +13,13 @@ import structlog
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\ufeff]")
 _BLANK_LINES = re.compile(r"\n\s*\n")
 _SPACES = re.compile(r"\s+")
+_JAPANESE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uff66-\uff9f]")  # kana, kanji
 log = structlog.get_logger()
+
+
+def japanese(text: str) -> bool:
+    """Say whether a text holds kana or kanji (Kokoro then reads it as Japanese)."""
+    return _JAPANESE.search(text) is not None
 
 
 def _letters(text: str) -> str:

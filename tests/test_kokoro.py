@@ -177,3 +177,20 @@ def test_serve_without_kokoro_offers_piper_alone(tmp_path: Path) -> None:
     with embedded(tmp_path, {"NARRATOR_SERVE_KOKORO": "false"}) as (url, _):
         models = [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
     assert models == ["piper"]
+
+
+def test_japanese_text_to_a_kokoro_without_its_reader_is_a_400() -> None:
+    """A Kokoro worker without the `japanese` extra publishes English only; Japanese text
+    for it is refused before anything is stored or sent (the engine would fail on it)."""
+    from dataclasses import replace
+
+    from api.errors import ApiError
+    from api.validation import check_script
+
+    english_only = replace(kokoro_model("kokoro"), languages=("en-US",))
+    with pytest.raises(ApiError) as refused:
+        check_script(english_only, "今日はいい天気ですね。", None)
+    assert refused.value.status_code == 400
+    assert refused.value.code == "unsupported_language"
+    check_script(english_only, "Plain English.", None)  # accepted
+    check_script(kokoro_model("kokoro"), "今日はいい天気ですね。", None)  # this install reads it

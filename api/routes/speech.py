@@ -11,7 +11,7 @@ from api.errors import ApiError, bad_request, unavailable
 from api.owned import named_lexicons, uploaded_voices
 from api.schemas import SpeechBody
 from api.state import OwnerDep, SessionDep, State, StateDep
-from api.validation import resolve, text_field
+from api.validation import check_script, resolve, text_field
 from core import metrics
 from core.channel import ChannelTimeout
 from core.marking import Provenance
@@ -33,6 +33,7 @@ async def create_speech(body: SpeechBody, request: Request, state: StateDep,
     limit = state.settings.sync_max_chars
     text = strip_pauses(text_field(body.input, "input", limit,
                                    "send long text as an async job: POST /v1/audio/jobs"))
+    check_script(model, text, body.language)
     streamed = body.stream_format is not None
     allowed = ("pcm",) if body.stream_format == "sse" else ("pcm", "wav")
     if streamed and body.response_format not in allowed:

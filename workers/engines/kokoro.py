@@ -29,6 +29,7 @@ import numpy as np
 import onnxruntime
 
 from core.catalog import ModelInfo
+from core.text import japanese
 from workers.engines import Audio, SpeechRequest, whole
 
 SAMPLE_RATE = 24000
@@ -39,7 +40,6 @@ PARTS = 4
 ESPEAK_TO_KOKORO = (("aɪ", "I"), ("aʊ", "W"), ("eɪ", "A"), ("oʊ", "O"), ("ɔɪ", "Y"),
                     ("əʊ", "Q"), ("dʒ", "ʤ"), ("tʃ", "ʧ"), ("ɜː", "ɜɹ"), ("ɚ", "əɹ"),
                     ("r", "ɹ"), ("ɐ", "ə"), ("x", "k"), ("ɬ", "l"), ("ʔ", "t"), ("ː", ""))
-_JAPANESE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uff66-\uff9f]")
 _JA_SENTENCE = re.compile(r"(?<=[。！？!?\n])")
 _CLAUSE_END = re.compile(r"(?<=[,.!?;:、。])\s*")
 
@@ -68,11 +68,6 @@ def session(blob: bytes, intra_op_threads: int = 0) -> onnxruntime.InferenceSess
         options.intra_op_num_threads, options.inter_op_num_threads = intra_op_threads, 1
     return onnxruntime.InferenceSession(blob, sess_options=options,
                                         providers=["CPUExecutionProvider"])
-
-
-def japanese(text: str) -> bool:
-    """Say whether a text holds kana or kanji (then it is read as Japanese)."""
-    return _JAPANESE.search(text) is not None
 
 
 def pieces(phonemes: str) -> list[str]:
