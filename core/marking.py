@@ -28,7 +28,7 @@ MARKED = ("mp3", "m4b", "flac", "opus", "wav")
 MP4_PREFIX = "----:org.narrator:"
 
 
-def _software() -> str:
+def software() -> str:
     try:
         return f"Narrator {version('narrator')}"
     except PackageNotFoundError:  # run from a source tree that was never installed
@@ -45,7 +45,7 @@ class Provenance:
 
     def fields(self) -> dict[str, str]:
         """Return the fields every marked format carries, by name."""
-        out = {"AI_GENERATED": "true", "GENERATOR": _software(), "MODEL": self.model,
+        out = {"AI_GENERATED": "true", "GENERATOR": software(), "MODEL": self.model,
                "VOICE": self.voice}
         return out | ({"JOB_ID": self.job_id} if self.job_id else {})
 
@@ -58,7 +58,7 @@ class Provenance:
 def riff_info(provenance: Provenance) -> bytes:
     """Return a RIFF `LIST`/`INFO` chunk: `ISFT` the software, `ICMT` the comment."""
     body = b"INFO"
-    for key, text in ((b"ISFT", _software()), (b"ICMT", provenance.comment())):
+    for key, text in ((b"ISFT", software()), (b"ICMT", provenance.comment())):
         data = text.encode("utf-8") + b"\0"
         body += key + struct.pack("<I", len(data)) + data + (b"\0" if len(data) % 2 else b"")
     return b"LIST" + struct.pack("<I", len(body)) + body
@@ -120,7 +120,7 @@ def add_id3(tags: Any, provenance: Provenance) -> None:
     for key, value in provenance.fields().items():
         tags.add(id3.TXXX(encoding=3, desc=key, text=[value]))
     tags.add(id3.COMM(encoding=3, lang="eng", desc="AI-generated", text=[provenance.comment()]))
-    tags.add(id3.TSSE(encoding=3, text=[_software()]))
+    tags.add(id3.TSSE(encoding=3, text=[software()]))
 
 
 def _mutagen(target: Path | io.BytesIO, fmt: str, provenance: Provenance) -> None:
@@ -152,7 +152,7 @@ def _mutagen(target: Path | io.BytesIO, fmt: str, provenance: Provenance) -> Non
     for key, value in provenance.fields().items():
         audio.tags[key] = value
     audio.tags["COMMENT"] = provenance.comment()
-    audio.tags["ENCODER"] = _software()
+    audio.tags["ENCODER"] = software()
     _rewound(target)
     audio.save(target)
 
@@ -163,7 +163,7 @@ def add_mp4(tags: Any, provenance: Provenance) -> None:
 
     for key, value in provenance.fields().items():
         tags[MP4_PREFIX + key] = [MP4FreeForm(value.encode())]
-    tags["\xa9too"] = [_software()]
+    tags["\xa9too"] = [software()]
 
 
 def _rewound(target: Path | io.BytesIO) -> None:

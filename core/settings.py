@@ -49,6 +49,16 @@ class SpeechSettings(BaseSettings):
     for WAV; job files, sync answers and streamed WAV headers): the software, model, voice,
     job id and a statement. Raw PCM and AAC carry none. Set it alike on the API and the
     workers."""
+    c2pa_cert: str = ""
+    """A PEM file of the certificate chain (signer first) that signs a C2PA manifest into
+    every MP3, WAV, FLAC and m4b a worker makes (job files and sync answers), stating that
+    a generative model made it; empty: no manifest. Read by the workers. The certificate
+    must be an end-entity one issued by a CA (not self-signed), with a digital-signature key
+    usage; readers trust it where its CA is on their trust list."""
+    c2pa_key: str = ""
+    """The PEM private key of C2PA_CERT's signer."""
+    c2pa_alg: Literal["es256", "es384", "es512", "ps256", "ps384", "ps512", "ed25519"] = "es256"
+    """The signing algorithm of C2PA_KEY."""
     serve_kokoro: bool = True
     """`narrator serve` on Piper also runs a worker for Kokoro (`realtime.kokoro`,
     `batch.kokoro`) where its package is installed, so both engines' voices are offered;

@@ -2,16 +2,23 @@
 mutagen and with FFmpeg (PyAV): sync answers, a streamed WAV's header and a job's files."""
 
 import io
+from pathlib import Path
 from typing import Any
 
 import av
+import httpx
 import numpy as np
 import pytest
 from mutagen import File as MutagenFile
+from mutagen.flac import FLAC
+from mutagen.mp3 import MP3
+from mutagen.mp4 import MP4
+from mutagen.oggopus import OggOpus
 
+from core import c2pa_manifest
 from core.audio import decode, encode
 from core.marking import STATEMENT, Provenance, mark_bytes, mark_file, riff_info
-from tests.support import Stack, wait_job
+from tests.support import Stack, embedded, wait_job
 
 MADE = Provenance("kokoro", "jm_kumo", "job_0123")
 
@@ -32,7 +39,8 @@ def assert_marked(data: bytes, fmt: str, made: Provenance) -> None:
         return
     for key, value in made.fields().items():
         assert found[key] == value, (fmt, key, found)
-    tags: Any = MutagenFile(io.BytesIO(data)).tags
+    reader = {"mp3": MP3, "m4b": MP4, "flac": FLAC, "opus": OggOpus}[fmt]
+    tags: Any = reader(io.BytesIO(data)).tags  # a signed FLAC starts with an ID3 tag
     if fmt == "m4b":
         assert bytes(tags["----:org.narrator:AI_GENERATED"][0]) == b"true"
         assert tags["\xa9too"][0].startswith("Narrator")
@@ -105,3 +113,111 @@ def test_sync_answers_streamed_wav_and_job_files_are_marked(local_stack: Stack) 
             assert_marked(http.get(job["result"]["url"]).content, fmt, made)
             for chapter in job["result"]["chapters"]:
                 assert_marked(http.get(chapter["url"]).content, fmt, made)
+
+
+def ca_signed_key(folder: Path) -> tuple[Path, Path]:
+    """Write a test CA's end-entity certificate chain and its key (C2PA refuses
+    self-signed signers); return their paths."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(common: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common),
+                          x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Narrator tests")])
+
+    def usage(sign: bool, certs: bool) -> x509.KeyUsage:
+        return x509.KeyUsage(digital_signature=sign, content_commitment=False,
+                             key_encipherment=False, data_encipherment=False,
+                             key_agreement=False, key_cert_sign=certs, crl_sign=certs,
+                             encipher_only=False, decipher_only=False)
+
+    def certificate(subject: str, key: Any, issuer: x509.Name, signing: Any,
+                    ca: bool) -> x509.Certificate:
+        built = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(issuer)
+                 .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                 .not_valid_before(now - datetime.timedelta(days=1))
+                 .not_valid_after(now + datetime.timedelta(days=30))
+                 .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+                 .add_extension(usage(not ca, ca), critical=True))
+        if not ca:
+            built = built.add_extension(x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.EMAIL_PROTECTION]), critical=False).add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(signing.public_key()),
+                critical=False).add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        return built.sign(signing, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("Narrator test CA", ca_key, name("Narrator test CA"), ca_key, True)
+    leaf = certificate("Narrator test signer", key, ca.subject, ca_key, False)
+    cert, pem = folder / "c2pa.pem", folder / "c2pa.key"
+    cert.write_bytes(leaf.public_bytes(serialization.Encoding.PEM)
+                     + ca.public_bytes(serialization.Encoding.PEM))
+    pem.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                      serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()))
+    return cert, pem
+
+
+def assert_signed(data: bytes, fmt: str, made: Provenance) -> None:
+    """A C2PA manifest says a generative model made it, and its signature checks out (the
+    test CA is on no trust list: the credential is valid but untrusted)."""
+    found = c2pa_manifest.read(data, fmt)
+    actions = found["manifest"]["assertions"]
+    created = next(a for a in actions if a["label"].startswith("c2pa.actions"))
+    assert created["data"]["actions"][0]["digitalSourceType"] == c2pa_manifest.SOURCE_TYPE
+    ours = next(a for a in actions if a["label"] == c2pa_manifest.ASSERTION)
+    assert ours["data"] == made.fields()
+    assert found["state"].endswith("Valid"), found
+    assert {s["code"] for s in found["status"]} <= {"signingCredential.untrusted"}, found
+
+
+@pytest.mark.parametrize("fmt", ["wav", "mp3", "flac"])
+def test_a_c2pa_manifest_is_signed_after_the_marks_and_keeps_them(fmt: str,
+                                                                    tmp_path: Path) -> None:
+    cert, key = ca_signed_key(tmp_path)
+    sign = c2pa_manifest.signer(str(cert), str(key), "es256")
+    audio = (0.2 * np.sin(np.arange(240000) / 9)).astype(np.float32)  # 10 s: the middle
+    marked = mark_bytes(encode(audio, 24000, fmt), fmt, MADE)
+    signed = c2pa_manifest.sign_bytes(marked, fmt, MADE, sign)
+    assert_signed(signed, fmt, MADE)
+    assert_marked(signed, fmt, MADE)
+    assert np.array_equal(decode(marked)[0], decode(signed)[0])
+    tampered = bytearray(signed)
+    tampered[len(signed) // 2] ^= 0xFF  # the audio changed after signing
+    status = {s["code"] for s in c2pa_manifest.read(bytes(tampered), fmt)["status"]}
+    assert any("mismatch" in code for code in status), status
+
+
+def test_opus_is_left_unsigned(tmp_path: Path) -> None:
+    cert, key = ca_signed_key(tmp_path)
+    sign = c2pa_manifest.signer(str(cert), str(key), "es256")
+    data = encode(np.zeros(4800, dtype=np.float32), 24000, "opus")
+    assert c2pa_manifest.sign_bytes(data, "opus", MADE, sign) == data
+
+
+def test_with_a_key_sync_answers_and_job_files_carry_a_signed_manifest(tmp_path: Path) -> None:
+    cert, key = ca_signed_key(tmp_path)
+    settings = {"NARRATOR_C2PA_CERT": str(cert), "NARRATOR_C2PA_KEY": str(key),
+                "NARRATOR_SERVE_KOKORO": "false"}
+    (tmp_path / "served").mkdir()
+    with embedded(tmp_path / "served", settings) as (url, _), \
+            httpx.Client(base_url=url, timeout=120) as http:
+        answer = http.post("/v1/audio/speech", json={"input": "Signed speech.",
+                                                     "response_format": "mp3"})
+        assert answer.status_code == 200, answer.text
+        assert_signed(answer.content, "mp3", Provenance("piper", "joe"))
+        for fmt in ("m4b", "wav"):
+            job = wait_job(http, http.post("/v1/audio/jobs", json={
+                "response_format": fmt, "input": "A signed book."}).json()["id"])
+            assert job["status"] == "completed", job
+            made = Provenance("piper", "joe", job["id"])
+            data = http.get(job["result"]["url"]).content
+            assert_signed(data, fmt, made)
+            assert_marked(data, fmt, made)

@@ -13,10 +13,11 @@ from core import metrics, tracing
 from core.audio import CONTENT_TYPES, encode, to_pcm16
 from core.channel import Channel, Message, channel_for
 from core.lexicon import reader_for
-from core.marking import Provenance, mark_bytes
+from core.marking import Provenance
 from core.registry import worker_id
 from core.text import clauses, clean, paragraphs, sentences
 from workers.engines import Audio, Engine, SpeechRequest
+from workers.provenance import mark_answer
 from workers.runtime.engine import realtime_engine
 from workers.settings import get_settings
 
@@ -217,8 +218,7 @@ def speak(payload: dict[str, Any]) -> None:
                                   len(audio) / engine.sample_rate, "sync")
         fmt = payload["response_format"]
         data = encode(audio, engine.sample_rate, fmt)
-        if get_settings().mark_output:
-            data = mark_bytes(data, fmt, Provenance(engine.info.id, payload["voice"]))
+        data = mark_answer(data, fmt, Provenance(engine.info.id, payload["voice"]))
     except Exception as exc:
         log.exception("speech.failed", request_id=request_id)
         pulse.finish(Message("error", {"message": str(exc)[:500]}))

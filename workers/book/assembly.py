@@ -22,7 +22,7 @@ from core.audio import EXTENSIONS, Audio, Mark
 from core.audio import encode_to as encode_blocks
 from core.keys import version_prefix
 from core.lexicon import reader_for
-from core.marking import Provenance, mark_file
+from core.marking import Provenance
 from models import Job, Segment
 from storage import MediaStore
 from workers.book import fragments, mastering, parts
@@ -39,7 +39,8 @@ from workers.book.timeline import (
     subtitles,
     word_track,
 )
-from workers.settings import cores, get_settings
+from workers.provenance import mark_files, marking
+from workers.settings import cores
 
 log = structlog.get_logger()
 
@@ -360,16 +361,14 @@ def _audio_files(job: Job, segments: list[Segment], spans: list[Span], timeline:
                 _encode(segments, blocks, timeline, fmt, main, marks, files, master)
         measured = _measured(spans, files or [main]) if master else None
         tags = tags_of(job, store) if fmt in TAGGED else None
-        made = Provenance(job.model, job.voice, ids.job_id(job.id)) \
-            if get_settings().mark_output else None
+        made = Provenance(job.model, job.voice, ids.job_id(job.id))
+        marked = made if marking() else None  # the tags carry the marks too
         if tags is not None:
-            write_tags(main, fmt, tags, marks if split else None, made)
+            write_tags(main, fmt, tags, marks if split else None, marked)
             for path, span in zip(files, spans, strict=False):  # none unless split
                 write_tags(path, fmt, tags.for_chapter(span.title, span.number + 1, len(spans)),
-                           made=made)
-        elif made is not None:
-            for path in (main, *files):
-                mark_file(path, fmt, made)
+                           made=marked)
+        mark_files([main, *files], fmt, made, tagged=tags is not None)
         target.put_file(str(main), keys.audio_key(base, ext))
         chapters = [span.record(rate) for span in spans]
         for chapter, span, path in zip(chapters, spans, files, strict=False):
