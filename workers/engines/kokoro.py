@@ -40,6 +40,7 @@ PARTS = 4
 ESPEAK_TO_KOKORO = (("aɪ", "I"), ("aʊ", "W"), ("eɪ", "A"), ("oʊ", "O"), ("ɔɪ", "Y"),
                     ("əʊ", "Q"), ("dʒ", "ʤ"), ("tʃ", "ʧ"), ("ɜː", "ɜɹ"), ("ɚ", "əɹ"),
                     ("r", "ɹ"), ("ɐ", "ə"), ("x", "k"), ("ɬ", "l"), ("ʔ", "t"), ("ː", ""))
+_INLINE = re.compile(r"\[\[([^\]]*)\]\]")  # a lexicon's IPA, as Piper takes it (core/lexicon.py)
 _JA_SENTENCE = re.compile(r"(?<=[。！？!?\n])")
 _CLAUSE_END = re.compile(r"(?<=[,.!?;:、。])\s*")
 
@@ -113,17 +114,24 @@ class EnglishG2P:
             espeakbridge.initialize(str(ESPEAK_DATA_DIR))
 
     def sentences(self, text: str) -> list[str]:
-        """Return each sentence's phonemes, as espeak-ng splits the text."""
+        """Return each sentence's phonemes, as espeak-ng splits the text; phonemes given
+        inline (`[[ ... ]]`, a lexicon's IPA entries) are taken as they are."""
         out: list[str] = []
         current = ""
-        with self._lock:
-            self._bridge.set_voice("en-us")
-            clauses = self._bridge.get_phonemes(text)
-        for phonemes, terminator, end in clauses:
-            current += re.sub(r"\([^)]+\)", "", phonemes) + terminator + " "
-            if end:
-                out.append(current)
-                current = ""
+        for n, part in enumerate(_INLINE.split(text)):
+            if n % 2:  # inside [[ ]]
+                current += f" {part.strip()} "
+                continue
+            if not part.strip():
+                continue
+            with self._lock:
+                self._bridge.set_voice("en-us")
+                clauses = self._bridge.get_phonemes(part)
+            for phonemes, terminator, end in clauses:
+                current += re.sub(r"\([^)]+\)", "", phonemes) + terminator + " "
+                if end and terminator in (".", "!", "?"):
+                    out.append(current)
+                    current = ""
         if current.strip():
             out.append(current)
         return [_kokoro_symbols(s) for s in out]
