@@ -100,6 +100,9 @@ JOB
       2>&1 < /dev/null &
     exec bash "$0" wait ;;
   wait)
+    # A machine handed back between calls (30 s idle) comes back fresh: nothing to wait for.
+    [ -d "$LOGS" ] || { echo "no run on this machine ($LOGS missing): it was handed back" \
+      "and started afresh; start again" >&2; exit 3; }
     end=$(( $(date +%s) + ${WAIT_S:-560} ))
     while [ "$(date +%s)" -lt "$end" ] && [ "$(grep -c rc= $LOGS/done 2>/dev/null)" != 3 ]; do
       sleep 10
