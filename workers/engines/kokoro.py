@@ -163,13 +163,6 @@ class JapaneseG2P:
             return [self._g2p(s.strip()) for s in _JA_SENTENCE.split(text) if s.strip()]
 
 
-def japanese_available() -> bool:
-    """Say whether Japanese text can be read (pyopenjtalk is installed)."""
-    import importlib.util
-
-    return importlib.util.find_spec("pyopenjtalk") is not None
-
-
 class KokoroEngine:
     """Kokoro-82M (int8) at 24 kHz in two ONNX sessions of the same model, as Piper: sync
     speech on every core, job segments on one intra-op thread each, several at once."""
