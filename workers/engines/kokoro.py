@@ -8,8 +8,9 @@ published for Japanese (`jf_alpha`, `jf_gongitsune`, `jf_nezumi`, `jf_tebukuro`,
 the model takes phonemes, so these voices speak English from espeak-ng's phonemes (the
 espeak-ng Piper already brings), with the accent of the voice they were made for; the
 recognition check heard 8.5 % of a held-out paragraph's words wrong on average over the
-five (19 % at most), Piper none (bench.engines). Japanese text goes through the package's own G2P (misaki's romaniser over
-pyopenjtalk's readings) when the `japanese` extra is installed.
+five (19 % at most), Piper none (bench.engines). Japanese text goes through the package's
+own G2P (misaki's romaniser over pyopenjtalk's readings) when the `japanese` extra is
+installed.
 
 The model gives no phoneme durations, so a job's word times come from forced alignment on
 a CPU worker, as for any engine that does not place its words.
