@@ -69,9 +69,9 @@ IN_FLIGHT = (Segment.status == RUNNING) | ((Segment.status == PENDING)
 def fair_job(model: str, among: int | None = None) -> Select[uuid.UUID]:
     """The job whose segment goes on `model`'s queue next: of the jobs in progress with a
     segment not yet dispatched, the highest priority; then the key (owner) with the fewest
-    segments in flight for its weight, so that keys share the engines in proportion to their
-    weights (equally by default); then, within it, the job with the fewest, so that a key's
-    jobs take turns; then the oldest.
+    of this model's segments in flight for its weight, so that keys share its engines in
+    proportion to their weights (equally by default); then, within it, the job with the
+    fewest, so that a key's jobs take turns; then the oldest.
 
     With `among`, only the first `among` jobs in that order are asked whether they have a
     segment waiting: with 10,000 jobs in progress, asking each took most of a pick. It finds
@@ -81,7 +81,7 @@ def fair_job(model: str, among: int | None = None) -> Select[uuid.UUID]:
               .where(IN_FLIGHT).group_by(Segment.job_id).subquery())
     by_owner = (select(Job.owner, func.count().label("n"))
                 .join(Segment, Segment.job_id == Job.id)
-                .where(IN_FLIGHT).group_by(Job.owner).subquery())
+                .where(IN_FLIGHT, Job.model == model).group_by(Job.owner).subquery())
     keys = (PRIORITY_RANK.label("rank"),
             (cast(func.coalesce(by_owner.c.n, 0), Float) / Job.weight).label("share"),
             func.coalesce(by_job.c.n, 0).label("turn"), Job.id.label("id"))

@@ -70,30 +70,27 @@ def _owners(engine: Engine, sent: list[uuid.UUID]) -> list[uuid.UUID]:
     return [jobs[s] for s in sent]
 
 
-def _run(engine: Engine, model: str, slots: int, rounds: int) -> list[uuid.UUID]:
+def _run(engine: Engine, model: str, slots: int, rounds: int,
+         sent: list[uuid.UUID] | None = None) -> list[uuid.UUID]:
     """Keep `slots` segments dispatched; each round the oldest dispatched one is done and
     dispatch refills, as a worker's finished segment does. Return the jobs in the order
-    their segments were sent."""
-    sent: list[uuid.UUID] = []
+    their segments were sent (appended to `sent` too, when given)."""
+    sent = [] if sent is None else sent
+    start = len(sent)
     dispatch.dispatch(model, slots, sent.append)
-    for n in range(rounds):
-        if n >= len(sent):
-            break
-        with engine.begin() as connection:
-            connection.execute(update(Segment).where(Segment.id == sent[n])
-                               .values(status="done"))
+    for _ in range(rounds):
+        _finish_oldest(engine, sent)
         dispatch.dispatch(model, slots, sent.append)
-    return _owners(engine, sent)
+    return _owners(engine, sent[start:])
 
 
-def _finish_oldest(engine: Engine, model: str) -> None:
-    """The oldest dispatched segment of `model` is done (its slot frees)."""
+def _finish_oldest(engine: Engine, sent: list[uuid.UUID]) -> None:
+    """The first segment in `sent` (the order they were sent) not yet done is done: its slot
+    frees. (Send order, not `dispatched_at`: a wall clock may step back between sends.)"""
     with engine.begin() as connection:
-        oldest = connection.scalars(  # this model's: the database may hold others'
-            select(Segment.id).join(Job, Job.id == Segment.job_id)
-            .where(Job.model == model, Segment.status == "pending",
-                   Segment.dispatched_at.is_not(None))
-            .order_by(Segment.dispatched_at, Segment.id).limit(1)).one()
+        done = set(connection.scalars(select(Segment.id).where(
+            Segment.id.in_(sent), Segment.status == "done")).all())
+        oldest = next(s for s in sent if s not in done)
         connection.execute(update(Segment).where(Segment.id == oldest).values(status="done"))
 
 
@@ -101,20 +98,33 @@ def test_a_small_job_of_another_key_goes_out_before_the_rest_of_a_book(
         database: Engine) -> None:
     model = f"m-{uuid.uuid4().hex[:8]}"
     book = _job(database, model, "alice", 40)
-    order = _run(database, model, 2, 2)  # the book alone fills the queue
+    sent: list[uuid.UUID] = []
+    order = _run(database, model, 2, 2, sent)  # the book alone fills the queue
     assert order == [book] * 4
     small = _job(database, model, "bob", 3)
-    order = _run(database, model, 0, 0)  # nothing more sent without a free slot
+    order = _run(database, model, 0, 0, sent)  # nothing more sent without a free slot
     assert order == []
-    sent: list[uuid.UUID] = []
+    before = len(sent)
     for _ in range(6):  # six more slots free, one at a time
-        _finish_oldest(database, model)
+        _finish_oldest(database, sent)
         dispatch.dispatch(model, 2, sent.append)
-    jobs = _owners(database, sent)
+    jobs = _owners(database, sent[before:])
     # Bob's three segments go out in the first free slots, taking turns with Alice's book
     # (one slot each), not after its 36 waiting segments.
     assert [n for n, job in enumerate(jobs) if job == small] == [0, 2, 4]
     assert jobs[1] == jobs[3] == jobs[5] == book
+
+
+def test_a_key_busy_on_another_model_keeps_its_share_of_this_one(database: Engine) -> None:
+    gpu, cpu = f"m-{uuid.uuid4().hex[:8]}", f"m-{uuid.uuid4().hex[:8]}"
+    _job(database, gpu, "alice", 10)
+    dispatch.dispatch(gpu, 10, lambda _: None)  # alice fills the other model's engine
+    mine = _job(database, cpu, "alice", 4)
+    theirs = _job(database, cpu, "bob", 4)
+    sent: list[uuid.UUID] = []
+    dispatch.dispatch(cpu, 4, sent.append)
+    # On this model's engine alice and bob start even: each key's share is counted per model.
+    assert _owners(database, sent) == [mine, theirs, mine, theirs]
 
 
 def test_a_keys_jobs_take_turns_and_priorities_come_first(database: Engine) -> None:
@@ -142,7 +152,7 @@ def test_keys_share_the_slots_by_weight(database: Engine) -> None:
     assert order.count(heavy) == 6  # three slots for one
     assert order.count(light) == 2
     for _ in range(24):  # as segments finish, one at a time, the share holds
-        _finish_oldest(database, model)
+        _finish_oldest(database, sent)
         dispatch.dispatch(model, 8, sent.append)
     with database.connect() as connection:
         in_flight = connection.scalars(select(Segment.job_id).where(
@@ -203,32 +213,67 @@ def test_the_reaper_leaves_waiting_segments_to_dispatch(database: Engine) -> Non
     assert {uuid.UUID(item) for _, item, of, _ in again if of == model} == set(sent)
 
 
+def _beats(database: Engine) -> dict[str, str]:
+    """Two workers' registry rows: one beating now, one silent for five minutes."""
+    workers = {"alive": f"alive-{uuid.uuid4().hex[:8]}:1", "dead": f"dead-{uuid.uuid4().hex[:8]}:1"}
+    now = utcnow()
+    with database.begin() as connection:
+        for who, worker in workers.items():
+            at = now if who == "alive" else now - timedelta(minutes=5)
+            connection.execute(insert(WorkerBeat).values(id=worker, started_at=at,
+                                                         heartbeat_at=at))
+    return workers
+
+
 def test_a_dispatcher_that_dies_before_sending_loses_nothing(
         database: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """Dispatch commits, then sends: a dispatcher killed in between leaves segments marked
     dispatched with no message. They carry its worker id, so the reaper's dead-worker sweep
     sends them once its heartbeat is stale (WORKER_DEAD_SECONDS), well before the
-    forgotten-work sweep (SEGMENT_STALE_SECONDS, 900 s by default) would."""
-    model = f"m-{uuid.uuid4().hex[:8]}"
+    forgotten-work sweep (SEGMENT_STALE_SECONDS, 900 s by default) would. A job the dead
+    worker never touched keeps its messages as they are."""
+    model, other = f"m-{uuid.uuid4().hex[:8]}", f"m-{uuid.uuid4().hex[:8]}"
     _job(database, model, "alice", 6)
-    dispatchers = {"alive": f"alive-{uuid.uuid4().hex[:8]}:1",
-                   "dead": f"dead-{uuid.uuid4().hex[:8]}:1"}
-    now = utcnow()
-    with database.begin() as connection:
-        connection.execute(insert(WorkerBeat).values(
-            id=dispatchers["alive"], started_at=now, heartbeat_at=now))
-        connection.execute(insert(WorkerBeat).values(
-            id=dispatchers["dead"], started_at=now - timedelta(minutes=5),
-            heartbeat_at=now - timedelta(minutes=5)))
-    never_sent: dict[str, list[uuid.UUID]] = {"alive": [], "dead": []}
-    for who, worker in dispatchers.items():
-        monkeypatch.setattr(dispatch, "worker_id", lambda worker=worker: worker)
+    _job(database, other, "bob", 6)
+    dispatchers = _beats(database)
+    never_sent: dict[str, list[uuid.UUID]] = {"alive": [], "dead": [], "other": []}
+    for who in ("alive", "dead"):
+        monkeypatch.setattr(dispatch, "worker_id", lambda worker=dispatchers[who]: worker)
         dispatch.dispatch(model, 2 if who == "alive" else 4, never_sent[who].append)
+    monkeypatch.setattr(dispatch, "worker_id", lambda: dispatchers["alive"])
+    dispatch.dispatch(other, 2, never_sent["other"].append)
     again: list[tuple[str, str, str, float]] = []
     reaper.reap(900, lambda *task: again.append(task))  # the default SEGMENT_STALE_SECONDS
-    resent = {uuid.UUID(item) for _, item, of, _ in again if of == model}
+    resent = {uuid.UUID(item) for _, item, _, _ in again}
     assert len(never_sent["dead"]) == 2
-    assert resent == set(never_sent["dead"])  # the live dispatcher's are still its to send
+    assert set(never_sent["dead"]) <= resent
+    # What the live dispatcher sent of the dead one's job goes again too (the dead worker
+    # may have taken it: see the next test); of a job it never touched, nothing.
+    assert set(never_sent["alive"]) <= resent
+    assert not resent & set(never_sent["other"])
+
+
+def test_a_message_a_worker_took_before_it_died_is_sent_again(
+        database: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker can die between taking a segment's message off the broker and saying so
+    (pipeline.reserve): the segment still carries its live dispatcher's id, and the embedded
+    broker never hands such a message back. Every dispatched segment of a running job the
+    dead worker worked on is sent again at once; a duplicate claims nothing."""
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    job = _job(database, model, "alice", 6)
+    workers = _beats(database)
+    monkeypatch.setattr(dispatch, "worker_id", lambda: workers["alive"])
+    sent: list[uuid.UUID] = []
+    dispatch.dispatch(model, 3, sent.append)
+    with database.begin() as connection:  # the dead worker was running the first one
+        connection.execute(update(Segment).where(Segment.id == sent[0]).values(
+            status="running", worker=workers["dead"],
+            heartbeat_at=utcnow() - timedelta(minutes=5)))
+    again: list[tuple[str, str, str, float]] = []
+    reaper.reap(900, lambda *task: again.append(task))
+    resent = [uuid.UUID(item) for _, item, of, _ in again if of == model]
+    assert sorted(resent) == sorted(sent)  # the lost one and the two it may have taken
+    assert set(_owners(database, resent)) == {job}
 
 
 def test_a_jobs_queue_counts_its_waiting_and_in_flight_segments(database: Engine) -> None:

@@ -89,8 +89,9 @@ def requeue_orphans(session: Session, p: Pass) -> list[Task]:
 
     Those a dead worker dispatched (it may have died before sending them) or took off the
     broker (pipeline.reserve), and, because a worker can die between taking a message and
-    saying so, the unmarked pending segments of the running jobs a dead worker worked on: a
-    duplicate message claims nothing.
+    saying so, every dispatched pending segment of the running jobs a dead worker worked on,
+    whoever dispatched it: a duplicate message claims nothing. It runs before `reset_lost`,
+    while the dead worker's running segments still carry its id.
     """
     live = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at >= p.live_since)
     dead = select(WorkerBeat.id).where(WorkerBeat.heartbeat_at < p.live_since)
@@ -98,7 +99,7 @@ def requeue_orphans(session: Session, p: Pass) -> list[Task]:
     running = select(Job.id).where(Job.status == JobStatus.in_progress)
     rows = session.execute(segment_state.orphans_freed(
         (Segment.worker.is_not(None) & Segment.worker.not_in(live))
-        | (Segment.worker.is_(None) & Segment.dispatched_at.is_not(None)
+        | (Segment.dispatched_at.is_not(None)
            & Segment.job_id.in_(touched) & Segment.job_id.in_(running)), p.now)).all()
     models = _models(session, {job_id for _, job_id in rows})
     return [(SYNTHESIZE, str(segment_id), models[job_id], 0.0) for segment_id, job_id in rows]
@@ -158,8 +159,8 @@ def _models(session: Session, job_ids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
             session.execute(select(Job.id, Job.model).where(Job.id.in_(job_ids)))}
 
 
-SWEEPS = {"jobs_failed": fail_exhausted, "segments_reset": reset_lost,
-          "segments_orphaned": requeue_orphans, "dead": forget_dead,
+SWEEPS = {"jobs_failed": fail_exhausted, "segments_orphaned": requeue_orphans,
+          "segments_reset": reset_lost, "dead": forget_dead,
           "segments_requeued": requeue_forgotten, "plans": plan_forgotten, "assemblies": reassemble}
 
 
