@@ -82,6 +82,7 @@ worker = WorkerProcess(Hooks(before_engine=_before_engine, ready=_start_reaper,
                              connection=celery_app.connection_for_read))
 
 
+
 @task_prerun.connect
 def _task_started(task_id: str, task: Task[Any, Any], **_: Any) -> None:
     """Every log line of a task carries its name and id (segments add job_id and segment)."""

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from models.db import sql_engine_for
 from tests.conftest import S3_BUCKET, S3Server, base_env, fresh_database
@@ -192,6 +194,43 @@ def test_redis_restarted_mid_job(tmp_path: Path, database_url: str,
             attempts = _attempts(http, done)
     finally:
         stack.stop()
+    assert len(attempts) == 12
+    assert max(attempts) <= 2
+
+
+def test_a_worker_restarts_itself_after_celerys_unrecoverable_error(
+        tmp_path: Path, database_url: str) -> None:
+    """Celery stops its worker on an error of its own (kombu's race on a Redis restart, seen
+    in CI); the worker's process then stayed up consuming nothing. It restarts itself now,
+    default settings, no supervisor: the same pid, a fresh image, and the job completes."""
+    env = base_env(tmp_path, database_url, 0)
+    redis_client = redis.Redis.from_url(env["NARRATOR_BROKER_URL"])
+    redis_client.flushdb()
+    stack = start_stack(tmp_path / "stack", env, worker=False)
+    stack.worker = Process([sys.executable, "-P", str(Path(__file__).with_name(
+        "celery_error_worker.py")), "worker"], env, tmp_path / "stack" / "worker.log").start()
+    worker = stack.worker
+    try:
+        wait_for(lambda: "engine.ready" in worker.output(), 60, "the worker")
+        with stack.client() as http:
+            job = http.post("/v1/audio/jobs", json=BOOK).json()
+            wait_segments(http, job["id"], 2, what="progress before the error")
+            assert worker.popen is not None
+            worker.popen.send_signal(signal.SIGUSR2)
+            wait_for(lambda: worker.output().count("engine.ready") == 2, 90,
+                     f"the worker's fresh image\n{worker.output()[-3000:]}")
+            done = wait_job(http, job["id"], timeout=120)
+            attempts = _attempts(http, done)
+        assert worker.popen.poll() is None  # the same process, exec'ed
+        worker.stop(signal.SIGINT)  # Ctrl-C stops Celery with a failing status too: no restart
+        assert worker.popen.poll() is not None
+    finally:
+        stack.stop()
+    output = worker.output()
+    assert output.count("engine.ready") == 2
+    assert "Unrecoverable error: AttributeError" in output
+    assert "worker.celery_failed" in output
+    assert done["status"] == "completed", (done, output[-3000:])
     assert len(attempts) == 12
     assert max(attempts) <= 2
 

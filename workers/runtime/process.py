@@ -55,6 +55,8 @@ class WorkerProcess:
         self.lane: RealtimeLane | None = None
         self.heart: Heart | None = None
         self.recycler: recycle.Recycler | None = None
+        self.consumed = False  # Celery has consumed: a stop on its error restarts the worker
+        self.stopping = False  # a signal (SIGTERM, SIGINT, a recycle) stops the worker
 
     def start(self) -> None:
         """Start the worker: registry, heartbeat, reaper, and the engine warmed up, before it
@@ -134,8 +136,27 @@ class WorkerProcess:
         """Say so to the supervisor (READY_FILE) once the engine is warm and Celery consumes;
         from now on SIGHUP recycles the worker (Celery's own SIGHUP handler, set as it
         starts, would exec sys.argv, which is not how `narrator worker` was started)."""
+        self.consumed = True
         mark_ready(get_settings().ready_file, True)
         signal.signal(signal.SIGHUP, self._recycle_on_sighup)
+
+    def celery_failed(self, code: int) -> None:
+        """Celery stops the worker on an error of its own ("Unrecoverable error", exit
+        status `code`): restart this worker as a recycle does, so no supervisor is needed.
+
+        Such an error is a race inside Celery or kombu, not the work's: in CI a Redis
+        restart mid-job raised kombu's AttributeError ('NoneType' ... 'hostname') while the
+        consumer reconnected, and the worker's process stayed up, consuming nothing, its job
+        stuck. Here its warm shutdown runs as on SIGTERM, within the grace period, then a
+        fresh image of the worker starts (exec: same pid; a GPU engine's child is adopted).
+        """
+        if not self.consumed or self.stopping:  # a failed start exits (STARTUP_FAILED_EXIT);
+            return  # Ctrl-C and SIGQUIT stop Celery with a failing status too
+        if self.recycler is not None:
+            self.recycler.force()
+        log.error("worker.celery_failed", code=code, action="restarting")
+        atexit.register(recycle.restart)  # after the shutdown below has finished
+        self.shutting_down()  # should the shutdown hang, the grace period ends it
 
     def task_started(self) -> None:
         if self.busy is not None:
@@ -167,6 +188,7 @@ class WorkerProcess:
         segments of up to tens of seconds each), the worker hands them back and exits
         without waiting.
         """
+        self.stopping = True
         mark_ready(get_settings().ready_file, False)
         if self.lane is not None:
             self.lane.should_stop = True
