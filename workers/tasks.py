@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 import structlog
-from celery import Task
+from celery import Task, bootsteps
 from celery.signals import (
     task_postrun,
     task_prerun,
@@ -80,6 +80,18 @@ def _hand_back() -> None:
 worker = WorkerProcess(Hooks(before_engine=_before_engine, ready=_start_reaper,
                              speak=speech.speak, hand_back=_hand_back,
                              connection=celery_app.connection_for_read))
+
+
+class _RestartOnCeleryError(bootsteps.StartStopStep):
+    """Celery closes every step of its worker first when it stops; a stop with a failing
+    exit status and no signal is its "Unrecoverable error" (WorkerProcess.celery_failed)."""
+
+    def close(self, parent: Any) -> None:
+        if parent.exitcode:
+            worker.celery_failed(parent.exitcode)
+
+
+celery_app.steps["worker"].add(_RestartOnCeleryError)
 
 
 
