@@ -50,9 +50,9 @@ def bare(engine: Any, voice: str, rounds: int) -> dict[str, float]:
 
 def heard(engine: Any, voices: list[str]) -> dict[str, float]:
     """The recognition check's word error rate on HELD_OUT, per voice."""
+    from core.hearing import word_error_rate
     from workers.aligners import words_of
     from workers.aligners.sphinx import SphinxAligner
-    from workers.book.alignment import word_error_rate
     from workers.engines import SpeechRequest
 
     hearer, expected = SphinxAligner(), [w.lower() for w in words_of(HELD_OUT)]

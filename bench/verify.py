@@ -40,17 +40,19 @@ def main() -> None:
                              "fwdflat=no")
     args = parser.parse_args()
 
+    from core import hearing
+    from core.hearing import word_error_rate
     from core.normalize import spoken
     from core.text import sentences
-    from workers.aligners import sphinx, words_of
+    from workers.aligners import words_of
     from workers.aligners.sphinx import SphinxAligner
-    from workers.book.alignment import verification, word_error_rate
+    from workers.book.alignment import verification
     from workers.engines import SpeechRequest
     from workers.runtime.engine import get_engine
     from workers.settings import get_settings
 
     options = {name: _value(v) for name, v in (o.split("=", 1) for o in args.option)}
-    sphinx.RECOGNIZER_OPTIONS.update(options)
+    hearing.RECOGNIZER_OPTIONS.update(options)
     said = [spoken(s, "en") for s in sentences(" ".join(TEXT.split()), "en")]
     engine = get_engine()
     voice, rate = engine.info.voices[0].id, engine.sample_rate

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from sqlalchemy import Engine, text
 
+from core.hearing import word_error_rate
 from tests.isolation import isolated_database_url, isolated_db  # noqa: F401
 from workers.aligners import Word, fill, placed, words_of
 from workers.aligners.sphinx import SphinxAligner
-from workers.book.alignment import word_error_rate
 from workers.engines import SpeechRequest
 from workers.settings import WorkerSettings
 
@@ -337,7 +337,8 @@ def test_verify_flags_a_segment_that_dropped_sentences_or_speaks_another_text(
 
 
 def test_the_verification_summary_compares_each_segment_with_the_jobs_median() -> None:
-    from workers.book.alignment import verification, word_error_rate
+    from core.hearing import word_error_rate
+    from workers.book.alignment import verification
 
     assert word_error_rate(["a", "b", "c", "d"], ["a", "x", "c"]) == 0.5
     assert word_error_rate(["a"], []) == 1.0

@@ -27,9 +27,9 @@ def kokoro() -> KokoroEngine:
 
 
 def test_each_voice_speaks_english_that_the_recogniser_hears(kokoro: KokoroEngine) -> None:
+    from core.hearing import word_error_rate
     from workers.aligners import words_of
     from workers.aligners.sphinx import SphinxAligner
-    from workers.book.alignment import word_error_rate
 
     hearer, expected = SphinxAligner(), [w.lower() for w in words_of(PARAGRAPH)]
     for voice in KOKORO_VOICES:

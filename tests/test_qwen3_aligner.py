@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from core.hearing import word_error_rate
 from workers.aligners import Word, qwen3
 from workers.aligners.qwen3 import Qwen3Aligner, spans
 
@@ -297,8 +298,8 @@ def test_recognizer_qwen3_hears_on_the_gpu_and_aligns_with_pocketsphinx(
         assert checker.align.__self__.__class__.__name__ == "PooledAligner"
         heard = checker.transcribe(np.zeros(7, np.float32), RATE, "Heard seven samples.")
         assert [w.word for w in heard] == ["heard", "7", "samples"]
-        assert alignment.word_error_rate(["heard", "seven", "samples"],
-                                         [w.word for w in heard]) == pytest.approx(1 / 3)
+        assert word_error_rate(["heard", "seven", "samples"],
+                               [w.word for w in heard]) == pytest.approx(1 / 3)
     finally:
         workers.settings.get_settings.cache_clear()
 

@@ -5,47 +5,17 @@ Like the engines, aligners import no Celery, database or storage code.
 """
 
 import difflib
-import re
-import unicodedata
-from dataclasses import dataclass
 from typing import Protocol
 
 from core.audio import Audio
+from core.hearing import Word, words_of
 
 __all__ = ["Aligner", "Recognizer", "Word", "fill", "placed", "words_of"]
 
-_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # each Chinese character is a word
-_LETTER = rf"(?:(?![{_HAN}])[^\W_])"  # a letter or digit of any script but Han
-_WORD = re.compile(rf"[{_HAN}]|{_LETTER}+(?:'{_LETTER}+)*")
 MIN_LETTER_SECONDS = 0.04  # a gap shorter than this per letter cannot hold the word
 # At least this share of a text's words heard where it says them, in its order, and the
 # recogniser's spans place the words: the alignment is not run (`placed`).
 HEARD_PLACES = 0.9
-
-
-@dataclass(frozen=True)
-class Word:
-    """One word of the spoken text and where it is, in samples of the aligned audio.
-
-    `estimated`: the aligner could not place it (a word outside its dictionary), so its span
-    is shared out from its aligned neighbours by letter count.
-    """
-
-    word: str
-    start: int
-    end: int
-    estimated: bool = False
-
-
-def words_of(text: str) -> list[str]:
-    """Split spoken text into the words an aligner places: lower case, punctuation dropped.
-
-    Words are runs of letters and digits of any script (an apostrophe inside one keeps it
-    whole), and each Chinese character is a word of its own, as Qwen3-ForcedAligner's own
-    segmentation has them; combining marks (Arabic vowel signs) are dropped, as it drops them.
-    """
-    text = unicodedata.normalize("NFC", text.lower().replace("\u2019", "'"))
-    return _WORD.findall("".join(c for c in text if unicodedata.category(c) != "Mn"))
 
 
 class Aligner(Protocol):

@@ -23,6 +23,7 @@ from sqlalchemy.orm import defer
 
 from core import keys
 from core.catalog import ALIGNER_LANGUAGES, RECOGNIZER_LANGUAGES
+from core.hearing import word_error_rate
 from core.keys import part_key
 from core.lexicon import reader_for
 from models import Job, JobStatus, Segment, SegmentStatus
@@ -178,17 +179,6 @@ def words_bytes(words: list[Word]) -> bytes:
 def heard_key(job_id: uuid.UUID, segment: Segment) -> str:
     """Where what the recogniser heard in a segment's part is kept (as words_key)."""
     return keys.heard_key(job_id, segment.index, segment.attempts, segment.samples)
-
-
-def word_error_rate(expected: list[str], heard: list[str]) -> float:
-    """Word error rate of what was heard against the words the segment was to speak."""
-    if not expected:
-        return 0.0 if not heard else 1.0
-    if not heard:
-        return 1.0
-    import jiwer
-
-    return float(jiwer.wer(" ".join(expected), " ".join(heard)))
 
 
 def align_segment(segment_id: uuid.UUID, aligner: Aligner | None = None) -> bool:
