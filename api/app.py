@@ -14,6 +14,7 @@ from api.observability import Observability
 from api.routes import (
     batch,
     catalog,
+    consents,
     health,
     jobs,
     lexicons,
@@ -66,7 +67,7 @@ def create_app(settings: ApiSettings | None = None) -> FastAPI:
                   default_response_class=errors.Json)
     errors.install(app)
     for router in (speech.router, live.router, batch.router, jobs.router, listen.router,
-                   rerender.router, voices.router, lexicons.router, catalog.router,
+                   rerender.router, consents.router, voices.router, lexicons.router, catalog.router,
                    health.router, metrics.router, web.router):
         app.include_router(router)
     app.mount("/web", web.assets, name="web")

@@ -31,7 +31,13 @@ ANSWERS: dict[str, tuple[int, str]] = {
     "invalid_image": (400, "A cover is not a JPEG or PNG image that decodes."),
     "invalid_audio": (400, "An uploaded voice clip is not audio that decodes, or is too "
                       "short or too long."),
-    "consent_required": (400, "A voice clone was uploaded without the speaker's consent."),
+    "consent_required": (400, "A voice clone was uploaded without naming the speaker's "
+                         "consent (`consent`: an id from `POST /v1/audio/voice_consents`)."),
+    "consent_not_found": (400, "The consent a voice names is not one of this key's."),
+    "consent_not_heard": (400, "A consent recording does not say the consent statement "
+                          "(the message says what was heard, and what to read)."),
+    "voice_disabled": (400, "The uploaded voice's consent was deleted (or it was uploaded "
+                       "before consents existed): upload it again with a consent."),
     "output_url_not_allowed": (400, "`output_url` is not under a prefix the server allows "
                                "(`NARRATOR_OUTPUT_URL_PREFIXES`)."),
     "webhook_url_refused": (400, "`webhook_url` points at a private, loopback or otherwise "

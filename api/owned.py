@@ -19,7 +19,7 @@ from core import lexicon as lex
 from core.catalog import ModelInfo, VoiceInfo
 from core.keys import result_store
 from core.views import job_object
-from models import Job, Lexicon, Voice
+from models import Job, Lexicon, Voice, VoiceConsent
 from models import segments as segment_state
 
 
@@ -93,6 +93,17 @@ async def read_job(state: State, job_id: str, owner: str) -> Job:
     return cast(Job, row)
 
 
+async def owned_consent(session: SessionDep, consent_id: str,
+                        owner: str) -> VoiceConsent | None:
+    """The owner's voice consent of that public id (`cons_<hex>`), or None."""
+    try:
+        key = ids.parse(consent_id, ids.CONSENT)
+    except ValueError:
+        return None
+    return await session.scalar(select(VoiceConsent).where(VoiceConsent.id == key,
+                                                           VoiceConsent.owner == owner))
+
+
 def voice_public_id(voice: Voice) -> str:
     """Return `voice_<32 hex>`."""
     return ids.voice_id(voice.id)
@@ -107,7 +118,8 @@ async def uploaded_voices(session: SessionDep, owner: str,
     rows = await session.scalars(select(Voice).where(Voice.owner == owner,
                                                      Voice.model.in_(cloners)))
     return [VoiceInfo(id=voice_public_id(v), name=v.name, model=v.model,
-                      languages=cloners[v.model].languages, kind="uploaded") for v in rows]
+                      languages=cloners[v.model].languages, kind="uploaded",
+                      disabled=v.consent_id is None) for v in rows]
 
 
 def lexicon_where(ref: str, owner: str) -> Any:

@@ -24,10 +24,11 @@ def resolve(fields: SpeechFields, models: tuple[ModelInfo, ...],
                               "model", "model_not_found")
         model = found
     own = [v for v in uploaded or [] if v.model == model.id]
-    if not model.voices and not own:
+    usable = [v for v in own if not v.disabled]
+    if not fields.voice_id and not model.voices and not usable:
         raise bad_request(f"voice: model '{model.id}' clones voices: upload one with "
                           "POST /v1/audio/voices", "voice", "voice_not_found")
-    voice_id = fields.voice_id or (model.voices or tuple(own))[0].id
+    voice_id = fields.voice_id or (model.voices or tuple(usable))[0].id
     voice = find_voice(model, own, voice_id)
     if voice is None:
         listed = ", ".join(v.id for v in (*model.voices, *own))
@@ -56,9 +57,15 @@ def check_script(model: ModelInfo, text: str, language: str | None) -> None:
 
 
 def find_voice(model: ModelInfo, own: list[VoiceInfo], voice_id: str) -> VoiceInfo | None:
-    """Return the model's voice (case-insensitive) or the owner's uploaded one of that id."""
-    return model.voice(voice_id) or next((v for v in own if v.id == voice_id
-                                          and v.model == model.id), None)
+    """Return the model's voice (case-insensitive) or the owner's uploaded one of that id; a
+    400 for an uploaded voice whose consent is gone."""
+    found = model.voice(voice_id) or next((v for v in own if v.id == voice_id
+                                           and v.model == model.id), None)
+    if found is not None and found.disabled:
+        raise bad_request(f"voice: '{voice_id}' is disabled: its consent was deleted (or it "
+                          "was uploaded before consents); upload it again with a consent "
+                          "(POST /v1/audio/voice_consents)", "voice", "voice_disabled")
+    return found
 
 
 def text_field(text: str, param: str, limit: int, hint: str = "") -> str:

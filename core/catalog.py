@@ -75,6 +75,7 @@ class VoiceInfo:
     model: str
     languages: tuple[str, ...]
     kind: str = "builtin"
+    disabled: bool = False  # an uploaded voice whose consent is gone
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""Public ids: `job_<32 hex>`, `voice_<32 hex>` and `lexicon_<32 hex>` over the rows' UUIDs."""
+"""Public ids: `job_<32 hex>`, `voice_<32 hex>`, `lexicon_<32 hex>` and `cons_<32 hex>` (voice
+consents) over the rows' UUIDs."""
 
 import uuid
 
-JOB, VOICE, LEXICON = "job_", "voice_", "lexicon_"
+JOB, VOICE, LEXICON, CONSENT = "job_", "voice_", "lexicon_", "cons_"
 
 
 def job_id(key: uuid.UUID) -> str:
@@ -18,6 +19,11 @@ def voice_id(key: uuid.UUID) -> str:
 def lexicon_id(key: uuid.UUID) -> str:
     """Return a lexicon's public id."""
     return f"{LEXICON}{key.hex}"
+
+
+def consent_id(key: uuid.UUID) -> str:
+    """Return a voice consent's public id."""
+    return f"{CONSENT}{key.hex}"
 
 
 def parse(public: str, prefix: str) -> uuid.UUID:

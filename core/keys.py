@@ -74,6 +74,11 @@ def manifest_key(base: str) -> str:
     return f"{base}/manifest.json"
 
 
+def consent_key(consent_id: uuid.UUID) -> str:
+    """Return the storage key of a voice consent's recording."""
+    return f"consents/{consent_id}/recording.flac"
+
+
 def voice_key(voice_id: uuid.UUID) -> str:
     """Return the storage key of an uploaded voice's reference clip."""
     return f"voices/{voice_id}/reference.flac"

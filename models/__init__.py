@@ -11,13 +11,14 @@ from models.job import (
     Segment,
     SegmentEvent,
     SegmentStatus,
-    Voice,
 )
 from models.lexicon import Lexicon
 from models.usage import Charge, KeyLock
+from models.voice import Voice, VoiceConsent
 from models.worker import WorkerBeat
 
 __all__ = [
     "ACTIVE", "ApiKey", "Base", "Charge", "Fragment", "Job", "JobEvent", "JobStatus", "KeyLock",
-    "Lexicon", "Segment", "SegmentEvent", "SegmentStatus", "Voice", "WorkerBeat", "utcnow", "uuid7",
+    "Lexicon", "Segment", "SegmentEvent", "SegmentStatus", "Voice", "VoiceConsent", "WorkerBeat",
+    "utcnow", "uuid7",
 ]

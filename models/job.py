@@ -191,21 +191,3 @@ class SegmentEvent(Base):
     attempts: Mapped[int] = mapped_column(Integer)
     worker: Mapped[str | None] = mapped_column(String(255))
     error: Mapped[str | None] = mapped_column(Text)
-
-
-class Voice(Base):
-    """An uploaded reference clip that Base (voice-clone) checkpoints speak with."""
-
-    __tablename__ = "voices"
-    __table_args__ = (Index("ix_voices_owner_id", "owner", "id"),)
-
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid7)
-    owner: Mapped[str] = mapped_column(String(64), default="")
-    name: Mapped[str] = mapped_column(String(128))
-    model: Mapped[str] = mapped_column(String(128))
-    ref_text: Mapped[str | None] = mapped_column(Text)
-    consent: Mapped[str] = mapped_column(Text)
-    key: Mapped[str] = mapped_column(String(1024))
-    sample_rate: Mapped[int] = mapped_column(Integer)
-    duration_seconds: Mapped[float] = mapped_column(Float)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)

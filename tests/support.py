@@ -192,6 +192,19 @@ def registered(checkpoint: Path, worker: str, registry_url: str) -> Iterator[str
         registry.remove(record.id)
 
 
+def consent_for(http: httpx.Client, name: str = "Narrator Nell",
+                text: str | None = None) -> httpx.Response:
+    """Record a voice consent: Piper's joe reads `text` (the consent statement by default),
+    as a speaker would into a microphone, and the recording is posted."""
+    from core.consent import STATEMENT
+
+    spoken = http.post("/v1/audio/speech", json={
+        "model": "piper", "voice": "joe", "input": text or STATEMENT, "response_format": "wav"})
+    spoken.raise_for_status()
+    return http.post("/v1/audio/voice_consents", data={"name": name, "language": "en-US"},
+                     files={"recording": ("consent.wav", spoken.content, "audio/wav")})
+
+
 TOMATO = "He put the tomato on the table."  # the lexicon tests say "tomato" as "banana"
 
 

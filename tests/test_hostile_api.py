@@ -164,7 +164,7 @@ def _head(path: str, key: str, **headers: str) -> bytes:
 
 @pytest.mark.parametrize("path", ["/v1/audio/jobs", "/v1/audio/speech", "/v1/audio/jobs/preview",
                                   "/v1/audio/lexicons", "/v1/audio/jobs/batch",
-                                  "/v1/audio/voices"])
+                                  "/v1/audio/voices", "/v1/audio/voice_consents"])
 def test_a_body_declared_over_max_body_bytes_is_a_413_before_it_is_read(
         api: Stack, path: str) -> None:
     answer = _raw(api, _head(path, "plain", Content_Type="application/json",

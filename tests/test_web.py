@@ -373,6 +373,28 @@ def test_voices_are_listed_and_upload_says_why_it_is_off(browser: WebDriver,
     assert not browser.find_element(By.ID, "voice-go").is_enabled()
 
 
+def test_a_consent_recorded_in_the_console_is_heard_listed_and_deleted(
+        browser: WebDriver, served: str, tmp_path: Path) -> None:
+    statement = httpx.get(f"{served}/v1/audio/voice_consents/statement").json()["statement"]
+    recording = tmp_path / "consent.wav"  # the speaker's part, read by Piper
+    recording.write_bytes(httpx.post(f"{served}/v1/audio/speech", timeout=60, json={
+        "model": "piper", "voice": "joe", "input": statement, "response_format": "wav"}).content)
+    open_console(browser, served, "voices")
+    until(browser, lambda d: text_of(d, "consent-statement") == statement)
+    browser.find_element(By.ID, "consent-name").send_keys("Nell Reader")
+    browser.find_element(By.ID, "consent-file").send_keys(str(recording))
+    browser.find_element(By.ID, "consent-go").click()
+    until(browser, lambda d: "Nell Reader" in text_of(d, "consent-table"))
+    consent = httpx.get(f"{served}/v1/audio/voice_consents").json()["data"][0]
+    assert consent["name"] == "Nell Reader"
+    row = f'tr[data-consent="{consent["id"]}"]'
+    assert "% of the statement" in row_text(browser, row)
+    assert Select(browser.find_element(By.ID, "voice-consent")).options[0].text == "Nell Reader"
+    click(browser, f'{row} button[aria-label="Delete the consent of Nell Reader"]')
+    until(browser, lambda d: not row_text(d, row))
+    assert httpx.get(f"{served}/v1/audio/voice_consents/{consent['id']}").status_code == 404
+
+
 def test_a_lexicon_saved_in_the_console_is_spoken_by_a_job_picked_with_it(
         browser: WebDriver, served: str) -> None:
     open_console(browser, served, "voices")

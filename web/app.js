@@ -14,6 +14,8 @@ const FRIENDLY = {
   file_too_large: "the file is too large",
   invalid_epub: "that file is not a readable EPUB",
   consent_required: "the speaker's consent is required to clone a voice",
+  consent_not_heard: "the recording does not say the consent statement",
+  voice_disabled: "that voice's consent was deleted",
 };
 
 // The API's messages point API clients at endpoints; here they point at the console's tabs.
@@ -704,12 +706,45 @@ async function listen(job) {
 
 // ---- Voices: list, and upload a clip where a model clones ----
 
+async function loadConsents() {
+  const [statement, listed] = await Promise.all([
+    api("/v1/audio/voice_consents/statement").then((r) => r.json()),
+    api("/v1/audio/voice_consents?limit=100").then((r) => r.json())]);
+  $("consent-statement").textContent = statement.statement;
+  $("consent-table").tBodies[0].replaceChildren(...listed.data.map((c) => {
+    const row = document.createElement("tr");
+    row.dataset.consent = c.id;
+    const heard = `${Math.round(100 * (1 - c.word_error_rate))} % of the statement`;
+    for (const text of [c.name, heard, c.id]) {
+      const td = document.createElement("td"); td.textContent = text; row.append(td);
+    }
+    const remove = document.createElement("button");
+    remove.type = "button"; remove.textContent = "Delete";
+    remove.setAttribute("aria-label", `Delete the consent of ${c.name}`);
+    remove.onclick = () => guarded(remove, async () => {
+      const gone = await (await api(`/v1/audio/voice_consents/${c.id}`,
+                                    { method: "DELETE" })).json();
+      say(`consent of ${c.name} deleted; ${gone.voices_disabled} voice(s) disabled`);
+      await loadVoices();
+    });
+    const cell = document.createElement("td"); cell.append(remove); row.append(cell);
+    return row;
+  }));
+  $("voice-consent").replaceChildren(...listed.data.map((c) => {
+    const option = document.createElement("option");
+    option.value = c.id; option.textContent = c.name;
+    return option;
+  }));
+  return listed.data.length;
+}
+
 async function loadVoices() {
   try {
-    await Promise.all([loadCatalog(), loadLexicons()]);
+    const [consents] = await Promise.all([loadConsents(), loadCatalog(), loadLexicons()]);
     $("voice-table").tBodies[0].replaceChildren(...voices.map((v) => {
       const row = document.createElement("tr");
-      for (const text of [v.name, v.model, v.languages.join(", "), v.kind]) {
+      for (const text of [v.name, v.model, v.languages.join(", "),
+                          v.disabled ? `${v.kind}, disabled (no consent)` : v.kind]) {
         const td = document.createElement("td"); td.textContent = text; row.append(td);
       }
       const hear = document.createElement("button");
@@ -720,10 +755,11 @@ async function loadVoices() {
       return row;
     }));
     const cloners = models.filter((m) => m.task_type === "Base");
-    $("voice-note").textContent = cloners.length
-      ? `Uploaded voices work with ${cloners.map((m) => m.id).join(", ")}.`
-      : "No model here clones voices (that needs a Qwen3-TTS Base checkpoint), so uploads are refused.";
-    $("voice-go").disabled = !cloners.length;
+    $("voice-note").textContent = !cloners.length
+      ? "No model here clones voices (that needs a Qwen3-TTS Base checkpoint), so uploads are refused."
+      : consents ? `Uploaded voices work with ${cloners.map((m) => m.id).join(", ")}.`
+        : "Add the speaker's consent above first.";
+    $("voice-go").disabled = !cloners.length || !consents;
   } catch (error) {
     showError(error);
   }
@@ -749,12 +785,25 @@ $("voice-form").addEventListener("submit", (event) => {
   event.preventDefault();
   guarded($("voice-go"), async () => {
     const form = new FormData();
-    form.append("file", $("voice-file").files[0]);
+    form.append("audio_sample", $("voice-file").files[0]);
     form.append("name", $("voice-name").value);
-    form.append("consent", $("voice-consent").checked ? "yes" : "no");
+    form.append("consent", $("voice-consent").value);
     if ($("voice-ref").value) form.append("ref_text", $("voice-ref").value);
     await api("/v1/audio/voices", { method: "POST", form });
     say("voice uploaded");
+    await loadVoices();
+  });
+});
+
+$("consent-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  guarded($("consent-go"), async () => {
+    const form = new FormData();
+    form.append("recording", $("consent-file").files[0]);
+    form.append("name", $("consent-name").value);
+    form.append("language", "en");
+    await api("/v1/audio/voice_consents", { method: "POST", form });
+    say(`consent of ${$("consent-name").value} added`);
     await loadVoices();
   });
 });

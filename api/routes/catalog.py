@@ -41,4 +41,6 @@ async def list_voices(state: StateDep, session: SessionDep, owner: OwnerDep) -> 
     voices = [v for m in models for v in m.voices]
     voices += await uploaded_voices(session, owner, models)
     return {"voices": [{"id": v.id, "name": v.name, "model": v.model,
-                        "languages": list(v.languages), "kind": v.kind} for v in voices]}
+                        "languages": list(v.languages), "kind": v.kind}
+                       | ({"disabled": v.disabled} if v.kind == "uploaded" else {})
+                       for v in voices]}

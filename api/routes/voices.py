@@ -1,4 +1,5 @@
-"""The voice library: upload a reference clip (Base checkpoints clone it), list, delete."""
+"""The voice library: upload a reference clip (Base checkpoints clone it) under a speaker's
+recorded consent (api/routes/consents.py), delete it; GET /v1/audio/voices lists them."""
 
 from typing import Annotated, Any
 
@@ -7,7 +8,7 @@ from fastapi import APIRouter, File, Form, UploadFile
 from sqlalchemy import delete
 
 from api.errors import ApiError, bad_request, not_found
-from api.owned import voice_public_id
+from api.owned import owned_consent, voice_public_id
 from api.state import OwnerDep, SessionDep, StateDep
 from core import ids
 from core.catalog import ModelInfo
@@ -16,13 +17,14 @@ from core.voices import MAX_UPLOAD_BYTES, BadClip, check_clip
 from models import Voice, utcnow, uuid7
 
 router = APIRouter()
-REFUSALS = {"", "0", "false", "no", "off"}
 
 
 def _object(voice: Voice, model: ModelInfo | None) -> dict[str, Any]:
     return {"id": voice_public_id(voice), "object": "audio.voice", "name": voice.name,
             "model": voice.model, "languages": list(model.languages) if model else [],
             "kind": "uploaded", "ref_text": voice.ref_text,
+            "consent": ids.consent_id(voice.consent_id) if voice.consent_id else None,
+            "disabled": voice.consent_id is None,
             "duration_seconds": round(voice.duration_seconds, 3),
             "created_at": int(voice.created_at.timestamp())}
 
@@ -30,34 +32,46 @@ def _object(voice: Voice, model: ModelInfo | None) -> dict[str, Any]:
 @router.post("/v1/audio/voices", status_code=201)
 async def upload_voice(
     state: StateDep, session: SessionDep, owner: OwnerDep,
-    file: Annotated[UploadFile, File(description="reference clip, 1-30 s, at most 10 MB")],
     name: Annotated[str, Form(min_length=1, max_length=128, description="the voice's name")],
-    consent: Annotated[str, Form(description="the speaker's consent to be cloned")],
+    consent: Annotated[str, Form(description="the speaker's consent: an id from "
+                                 "POST /v1/audio/voice_consents")],
+    audio_sample: Annotated[UploadFile | None, File(
+        description="reference clip, 1-30 s, at most 10 MB")] = None,
+    file: Annotated[UploadFile | None, File(description="the same, by its older name")] = None,
     ref_text: Annotated[str | None, Form(
         max_length=2000, description="what the clip says (models that use it)")] = None,
     model: Annotated[str | None, Form(
         description="the model the voice is for; empty: the first that clones")] = None,
 ) -> dict[str, Any]:
-    """Store a reference clip where every worker can read it."""
-    if consent.strip().lower() in REFUSALS:
-        raise bad_request("consent: the speaker's consent is required to clone a voice",
+    """Store a reference clip where every worker can read it, under the speaker's consent."""
+    sample = audio_sample or file
+    if sample is None:
+        raise bad_request("audio_sample: the reference clip is required", "audio_sample",
+                          "invalid_value")
+    if not consent.strip():
+        raise bad_request("consent: a voice clone needs the speaker's consent: record it "
+                          "with POST /v1/audio/voice_consents and give its id",
                           "consent", "consent_required")
+    allowed = await owned_consent(session, consent.strip(), owner)
+    if allowed is None:
+        raise bad_request(f"consent: no voice consent '{consent.strip()}' of this key (see "
+                          "GET /v1/audio/voice_consents)", "consent", "consent_not_found")
     cloners = [m for m in await state.catalogue.models() if m.task_type == "Base"]
     target = next((m for m in cloners if model in (None, m.id)), None)
     if target is None:
         which = f"named {model!r}" if model else "is served here"
         raise bad_request(f"model: no voice-clone (Base) model {which}; uploaded voices "
                           "need a Qwen3-TTS Base checkpoint", "model", "model_not_found")
-    data = await file.read(MAX_UPLOAD_BYTES + 1)
+    data = await sample.read(MAX_UPLOAD_BYTES + 1)
     if len(data) > MAX_UPLOAD_BYTES:
-        raise ApiError(413, f"file: larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MB",
-                       param="file", code="file_too_large")
+        raise ApiError(413, f"audio_sample: larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MB",
+                       param="audio_sample", code="file_too_large")
     try:
         audio, rate = await anyio.to_thread.run_sync(check_clip, data)
     except BadClip as exc:
-        raise bad_request(str(exc), "file", "invalid_audio") from None
+        raise bad_request(str(exc), "audio_sample", "invalid_audio") from None
     voice = Voice(owner=owner, name=name, model=target.id, ref_text=ref_text or None,
-                  consent=consent.strip(), sample_rate=rate,
+                  consent=allowed.statement, consent_id=allowed.id, sample_rate=rate,
                   duration_seconds=len(audio) / rate, created_at=utcnow())
     voice.id = uuid7()  # now: its media key is named after it
     voice.key = voice_key(voice.id)
