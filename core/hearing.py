@@ -115,12 +115,7 @@ class SphinxRecognizer:
                 try:
                     recognizer.add_lm_file("heard", model.name)
                     recognizer.activate_search("heard")
-                    recognizer.reinit_feat()
-                    recognizer.start_utt()
-                    recognizer.process_raw(raw, full_utt=True)
-                    recognizer.end_utt()
-                    spans = [(s.word.split("(")[0], s.start_frame, s.end_frame + 1)
-                             for s in recognizer.seg() if not s.word.startswith(("<", "["))]
+                    spans = decoded(recognizer, raw)
                 except RuntimeError:
                     return None
         scale = rate / 100  # frames (10 ms) to samples at the caller's rate
@@ -146,6 +141,18 @@ class SphinxRecognizer:
 # sentences: the same segments caught and none flagged wrongly as with the defaults, at 15 ms
 # of CPU per audio second instead of 36-38 (ds 3: 11 ms, clean segments up to 0.13 WER).
 RECOGNIZER_OPTIONS: dict[str, Any] = {"fwdflat": False, "ds": 2}
+
+def decoded(decoder: Any, raw: bytes) -> list[tuple[str, int, int]]:
+    """Decode one utterance from a fresh front end (the same answer whatever came before);
+    return its words with their first and past-the-last frames (10 ms). RuntimeError when
+    the decoder fails."""
+    decoder.reinit_feat()
+    decoder.start_utt()
+    decoder.process_raw(raw, full_utt=True)
+    decoder.end_utt()
+    return [(s.word.split("(")[0], s.start_frame, s.end_frame + 1)
+            for s in decoder.seg() if not s.word.startswith(("<", "["))]
+
 
 def _bigram_arpa(words: list[str]) -> str:
     """An ARPA bigram model of one text (its words' counts; a flat back-off to unigrams)."""

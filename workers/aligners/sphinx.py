@@ -12,7 +12,7 @@ the dictionary are left out of the alignment and placed between their neighbours
 
 
 from core.audio import Audio
-from core.hearing import SphinxRecognizer, pcm16
+from core.hearing import SphinxRecognizer, decoded, pcm16
 from workers.aligners import Word, fill, words_of
 
 
@@ -33,13 +33,8 @@ class SphinxAligner(SphinxRecognizer):
             if not known:
                 return None
             try:
-                decoder.reinit_feat()  # the same answer whatever came before
                 decoder.set_align_text(" ".join(known))
-                decoder.start_utt()
-                decoder.process_raw(raw, full_utt=True)
-                decoder.end_utt()
-                spans = [(s.word.split("(")[0], s.start_frame, s.end_frame + 1)
-                         for s in decoder.seg() if not s.word.startswith(("<", "["))]
+                spans = decoded(decoder, raw)
             except RuntimeError:
                 return None
         if [w for w, _, _ in spans] != known:
