@@ -98,3 +98,8 @@ echo "test: database $NARRATOR_TEST_DATABASE_URL, redis $NARRATOR_TEST_REDIS_URL
 .venv/bin/lint-imports --no-cache  # the import contracts (pyproject [tool.importlinter])
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"  # the docs, links checked
 .venv/bin/pytest "$@"
+# The shipped docker-compose.yml built and brought up with Podman, used through the API port
+# (scripts/compose-check.sh, about 4 minutes from nothing): in CI, or when asked for.
+if [ "${CI:-}" = true ] || [ -n "${NARRATOR_COMPOSE_CHECK:-}" ]; then
+  bash scripts/compose-check.sh
+fi
