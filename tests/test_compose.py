@@ -131,3 +131,22 @@ def test_an_image_holds_every_package_it_installs(dockerfile: str) -> None:
     assert "pip install -c constraints.txt" in text  # the versions the suite runs with
     assert "constraints.txt" in " ".join(line for line in text.splitlines()
                                          if line.startswith("COPY "))
+
+
+def test_every_worker_is_healthy_only_while_it_consumes_with_its_engine_warm(
+        compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("worker-cpu", "worker-kokoro", "worker-assembly", "worker-gpu", "worker-gpu-1"):
+        service = services[name]
+        ready = service["environment"]["NARRATOR_READY_FILE"]
+        assert service["healthcheck"]["test"] == ["CMD", "test", "-f", ready], name
+    assert services["worker-gpu"]["healthcheck"]["start_period"] == "600s"  # a cold start
+
+
+def test_the_build_context_leaves_out_what_the_images_do_not_copy() -> None:
+    """Docker sends the whole context to its engine on every build: the checkout's virtual
+    environment alone was 2 GB (scripts/compose-check.sh builds the images for real)."""
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv", ".test-services", "narrator-data"} <= set(ignored)
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert "ARG BASE=python:3.11-slim-bookworm\nFROM ${BASE}" in dockerfile

@@ -83,10 +83,11 @@ def up() -> None:
             print(podman("logs", "--tail", "40", container(service)))
             raise SystemExit(f"compose-check: {service} exited {code}")
     compose("up", "-d", "--no-deps", *APP)
-    until(lambda: healthy("api"), 180, "the API's health check")
-    until(lambda: len(httpx.get(f"{API}/v1/models").json()["data"]) >= 2, 180,
-          "both CPU workers registering their models")
-    say("stack up: " + ", ".join(f"{s} healthy" for s in (*INFRA, "api")))
+    for service in APP:  # the workers' checks: consuming, engine warm (READY_FILE)
+        until(functools.partial(healthy, service), 180, f"{service}'s health check")
+    until(lambda: len(httpx.get(f"{API}/v1/models").json()["data"]) >= 2, 60,
+          "both CPU workers' models listed")
+    say("stack up: " + ", ".join(f"{s} healthy" for s in (*INFRA, *APP)))
 
 
 def wait_job(http: httpx.Client, job_id: str, seconds: float = 300) -> dict[str, Any]:
@@ -152,9 +153,10 @@ def killed_worker(http: httpx.Client) -> dict[str, Any]:
     until(lambda: podman("inspect", "--format", "{{.RestartCount}} {{.State.Running}}",
                          container("worker-cpu")) == f"{int(before) + 1} true", 60,
           "worker-cpu restarted by its restart policy")
+    until(functools.partial(healthy, "worker-cpu"), 180, "the restarted worker's health check")
     job = wait_job(http, job_id)
     assert job["status"] == "completed", job
-    say(f"restarted by its restart policy; the job completed ({job['segments']})")
+    say(f"restarted by its restart policy, healthy again; the job completed ({job['segments']})")
     return job
 
 
