@@ -25,6 +25,8 @@ stop by themselves. One table:
   recycle           (--recycle) SIGHUP to the GPU worker -> its new image ready: the worker
                     execs itself and adopts its running engine (WORKER_MAX_TASKS does the
                     same); then one job of SEGMENTS on the adopted engine
+  crash             (--crash) the batch engine's processes killed (SIGKILL), one job at
+                    once: the engine's start again, from its standby (bench/gpu_crash.py)
   restart           (--restart) the GPU worker stopped and started again, warm caches
   live              (--live S) text streamed in over a WebSocket, idle and saturated, and a
                     book's first HLS fragment (bench/gpu_live.py)
@@ -54,7 +56,7 @@ from typing import Any
 
 import httpx
 
-from bench import gpu_live
+from bench import gpu_crash, gpu_live
 from bench.common import GpuBusy, busiest_threads, free_port, save, table, thread_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -494,6 +496,9 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             # the adopted engine at work: one job, as the first job after the start
             phase(result, "after_recycle", sustained(client, args.segments, 1, busy,
                                                      "after-recycle"))
+        if args.crash and mode == "production":
+            phase(result, "crash", gpu_crash.measure(logs / "worker.log", lambda: sustained(
+                client, args.segments, 1, busy, "after-crash")))
         if args.restart and mode == "production":
             phase(result, "restart", restart(url, args, gpu_workers[0], env,
                                              logs / "worker.log", client, busy))
@@ -616,6 +621,9 @@ def main() -> None:
     parser.add_argument("--recycle", action="store_true",
                         help="then recycle the GPU worker (SIGHUP: its engine is kept), time "
                              "it, and run one job on the adopted engine")
+    parser.add_argument("--crash", action="store_true",
+                        help="then kill the batch engine's processes and time its start "
+                             "again, with one job submitted at once")
     parser.add_argument("--restart", action="store_true",
                         help="then stop the GPU worker and time its restart (warm caches)")
     parser.add_argument("--restart-env", action="append", default=[], metavar="NAME=VALUE",
@@ -655,6 +663,8 @@ def main() -> None:
             rows.append([mode, f"one job after the recycle ({args.segments} segments)",
                          f"{after['wall_s']:.1f} s, {after['rate']:.1f} audio-s/s",
                          f"last segment at {after['synthesis_s']:.1f} s; GPU {after['gpu']}"])
+        if "crash" in r:
+            rows += gpu_crash.rows(mode, r["crash"], args.segments)
         for name, value in r.items():
             if name.startswith("restart"):
                 rows.append([mode, f"{name}, warm caches: stop -> ready",

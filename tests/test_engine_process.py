@@ -255,3 +255,134 @@ def test_only_a_holder_of_the_key_can_adopt_the_engine(monkeypatch: pytest.Monke
                                                    max_new_tokens=5)])[0]) == 5 * SCALE
     finally:
         again.close()
+
+
+def build_importing() -> VllmOmniEngine:
+    """Run in the child: the adapter with its own factory, which imports vllm_omni (here the
+    double in tests/doubles/site, which records each import and each engine it creates)."""
+    return VllmOmniEngine(qwen3_model(str(MODEL)), Qwen3Config.load(MODEL),
+                          prompt_length=lambda info: 10 + len(info["text"][0]))
+
+
+@pytest.fixture
+def omni_events(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The double's vllm_omni on the children's path, recording into the file returned."""
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "doubles" / "site"))
+    events = tmp_path / "events"
+    events.touch()
+    monkeypatch.setenv("NARRATOR_TEST_OMNI_EVENTS", str(events))
+    monkeypatch.delenv(ADOPT_ENV, raising=False)
+    return events
+
+
+def wait_for_line(path: Path, line: str, timeout: float = 60) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while line not in (lines := path.read_text().splitlines()):
+        assert time.monotonic() < deadline, f"{line!r} never came: {lines}"
+        time.sleep(0.05)
+    return lines
+
+
+def test_a_crashed_engine_restarts_from_its_standby_which_imported_beforehand(
+        omni_events: Path) -> None:
+    """The engine's child imports vLLM-Omni and starts it; a standby beside it imports and
+    waits without starting an engine. When the engine's child is killed, the standby becomes
+    the engine without importing again, and a new standby is started behind it."""
+    engine = EngineProcess(qwen3_model(str(MODEL)), build_importing, sample_rate=24000,
+                           start_timeout=60, standby=True)
+    try:
+        engine.start()
+        first = engine._process
+        assert engine._standby is not None
+        standby = engine._standby[0]
+        before = wait_for_line(omni_events, f"import {standby.pid}")
+        assert before == [f"import {first.pid}", f"engine {first.pid}", f"import {standby.pid}"]
+        os.kill(first.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while engine.running:  # a request sent before the worker sees the death fails
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        audio = engine.synthesize([SpeechRequest(text="again", voice="ryan",
+                                                 max_new_tokens=25)])[0]
+        assert len(audio) == 25 * SCALE
+        assert engine._process.pid == standby.pid
+        assert engine._standby is not None
+        second_standby = engine._standby[0]
+        assert second_standby.pid not in (first.pid, standby.pid)
+        after = wait_for_line(omni_events, f"import {second_standby.pid}")
+        assert after[3:] == [f"engine {standby.pid}", f"import {second_standby.pid}"]
+    finally:
+        engine.close()
+    assert not standby.is_alive()
+    assert not second_standby.is_alive()
+
+
+def test_a_detach_stops_the_standby_and_the_adopter_starts_its_own(omni_events: Path) -> None:
+    first = EngineProcess(qwen3_model(str(MODEL)), build_importing, sample_rate=24000,
+                          start_timeout=60, standby=True)
+    first.start()
+    assert first._standby is not None
+    standby, pid = first._standby[0], first._process.pid
+    first.detach()
+    assert first._standby is None
+    assert not standby.is_alive()
+    second = EngineProcess(qwen3_model(str(MODEL)), build_importing, sample_rate=24000,
+                           start_timeout=60, standby=True)
+    try:
+        second.start()
+        assert second._process.pid == pid  # adopted
+        assert second._standby is not None
+        assert second._standby[0].is_alive()
+    finally:
+        second.close()
+
+
+STANDBY_OWNER = """
+import os, sys, time
+from core.catalog import qwen3_model
+from tests.test_engine_process import MODEL, build_importing
+from workers.engines.engine_process import EngineProcess
+engine = EngineProcess(qwen3_model(str(MODEL)), build_importing, sample_rate=24000,
+                       start_timeout=60, standby=True)
+engine.start()
+print("pids", engine._process.pid, engine._standby[0].pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_standby_whose_worker_is_killed_stops_itself(omni_events: Path) -> None:
+    """A worker killed outright (SIGKILL: no close) leaves neither child behind: the engine's
+    sees its connection close, the standby that its parent is gone."""
+    import subprocess
+    import sys
+
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent / "doubles" / "site"), str(Path(__file__).parents[1])])}
+    owner = subprocess.Popen([sys.executable, "-c", STANDBY_OWNER], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        line = ""
+        while not line.startswith("pids "):  # the log goes to stdout too
+            line = owner.stdout.readline()
+            assert line, "the worker exited"
+        engine_pid, standby_pid = map(int, line.split()[1:])
+        wait_for_line(omni_events, f"import {standby_pid}")
+    finally:
+        owner.kill()
+        owner.wait(10)
+        if owner.stdout is not None:
+            owner.stdout.close()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in (engine_pid, standby_pid)):
+        assert time.monotonic() < deadline, "a child outlived its killed worker"
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, exited but not reaped by init yet, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

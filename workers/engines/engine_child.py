@@ -1,10 +1,15 @@
 """The engine's own process (workers/engines/engine_process.py starts it): it builds the
 engine once its worker has connected over the private Unix socket, serves that worker's
-requests, and after a DETACH waits for the worker's next image to adopt it."""
+requests, and after a DETACH waits for the worker's next image to adopt it.
+
+A standby is the same process started ahead of need: it builds the engine object and does
+the imports of its start (vLLM-Omni's: about 25 s on an H100) at once, then waits, for as long
+as its worker lives, until the worker connects because its engine died."""
 
 import concurrent.futures
 import contextlib
 import itertools
+import os
 import pickle
 import queue
 import shutil
@@ -33,6 +38,7 @@ class EngineProcessError(RuntimeError):
 
 
 FIRST_CONNECTION_SECONDS = 120.0  # a child whose worker never connects (killed) exits
+PARENT_CHECK_SECONDS = 2.0  # how often a waiting standby looks whether its worker still lives
 
 
 class Outbox:
@@ -62,47 +68,86 @@ class Outbox:
                 results.send(message)
 
 
-def serve(build: Build, address: str, authkey: bytes, adopt_wait: float) -> None:
+def serve(build: Build, address: str, authkey: bytes, adopt_wait: float,
+          standby: bool = False) -> None:
     """Child: build the engine once its worker has connected, serve that connection, and
-    after a DETACH the worker's next image, until one disconnects without detaching."""
+    after a DETACH the worker's next image, until one disconnects without detaching.
+    `standby`: build and prepare the engine first, then wait for the worker while it lives."""
     configure()  # the worker's log format, in the worker's log (stderr is shared)
-    log.info("engine.process_building")
+    parent = os.getppid()  # the worker
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(4)
     engine: Any = None
+    started = False
     served = _Count()
-    wait = FIRST_CONNECTION_SECONDS  # the worker connects as soon as this listens
+    wait: float | None = FIRST_CONNECTION_SECONDS  # the worker connects as soon as this listens
     try:
-        while (connection := _accept(listener, authkey, wait)) is not None:
-            if engine is None:
+        if standby:
+            try:
+                engine = _prepared(build)
+            except Exception:  # the worker starts a plain child instead, which says why
+                log.exception("engine.standby_failed")
+                return
+            wait = None
+        else:
+            log.info("engine.process_building")
+        while (connection := _accept(listener, authkey, wait, parent)) is not None:
+            if not started:
                 try:
-                    engine = build()
+                    engine = engine or build()
                     engine.start()
+                    started = True
                 except BaseException as error:  # the worker reports why the start failed
                     connection.send(("failed", -1, _picklable(error)))
                     return
             if not _serve_connection(engine, connection, served):
-                engine = None  # closed by its last worker image
+                started = False  # closed by its last worker image
                 break
             log.info("engine.detached", wait_seconds=adopt_wait, served=served.value)
             wait = adopt_wait
         else:
-            log.warning("engine.not_adopted", wait_seconds=wait)
+            if wait is None:
+                log.info("engine.standby_unused")  # its worker has exited
+            else:
+                log.warning("engine.not_adopted", wait_seconds=wait)
     finally:
         listener.close()
         shutil.rmtree(Path(address).parent, ignore_errors=True)  # no one will connect again
-        if engine is not None:
+        if started:
             engine.close()
 
 
-def _accept(listener: socket.socket, authkey: bytes, timeout: float) -> Connection | None:
-    """Return the next authenticated connection, or None after `timeout` seconds."""
-    listener.settimeout(timeout)
+def _prepared(build: Build) -> Any:
+    """Build the engine object and run its prepare() (the imports its start needs)."""
+    began = time.perf_counter()
+    engine = build()
+    prepare = getattr(engine, "prepare", None)
+    if prepare is not None:
+        prepare()
+    log.info("engine.standby_ready", seconds=round(time.perf_counter() - began, 1))
+    return engine
+
+
+def _accept(listener: socket.socket, authkey: bytes, timeout: float | None,
+            parent: int) -> Connection | None:
+    """Return the next authenticated connection, or None after `timeout` seconds (None: once
+    `parent`, the worker, has exited)."""
+    deadline = time.monotonic() + timeout if timeout is not None else None
     while True:
+        if deadline is None:
+            if os.getppid() != parent:  # the worker is gone: nobody will connect
+                return None
+            listener.settimeout(PARENT_CHECK_SECONDS)
+        elif (left := deadline - time.monotonic()) > 0:
+            listener.settimeout(left)
+        else:
+            return None
         try:
             accepted, _ = listener.accept()
         except TimeoutError:
+            if deadline is None:
+                continue
             return None
         accepted.setblocking(True)
         connection = Connection(accepted.detach())

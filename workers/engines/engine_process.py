@@ -8,7 +8,11 @@ float32). bench.gpu_engine on an H100, one run: the worker went from 0.841 to 0.
 AsyncOmni's audio-s per wall-s.
 
 The child is started on first use and started again after it dies; the requests it held fail
-with EngineProcessError, so their tasks retry.
+with EngineProcessError, so their tasks retry. With `standby`, a second child is started as
+soon as the first is up: it imports vLLM-Omni and waits (engine_child.py). When the engine's
+child dies, that standby becomes the engine, so the restart skips the import (20-21 s on an
+H200: a killed engine was back in 57.6 s, docs/design/realtime-partition.md), and a new
+standby is started behind it. A standby never touches the GPU.
 
 The worker talks to its child over a Unix socket in a private folder (mode 0700, and an
 authentication key as well), not an anonymous pipe, so that the engine can outlive the worker's
@@ -51,6 +55,17 @@ log = structlog.get_logger()
 References = Callable[[str], Reference | None]
 ADOPT_ENV = "NARRATOR_ENGINE_ADOPT"  # "pid:authkey hex:socket path", for the worker's next image
 ADOPT_WAIT_SECONDS = 600.0  # a detached engine waits this long for the next image to adopt it
+_Launched = tuple[Any, str, bytes]  # a started child, its socket's address and its key
+
+
+def _stop(launched: _Launched) -> None:
+    """Stop a child that serves no one (a standby) and remove its socket's folder."""
+    process, address, _ = launched
+    process.kill()
+    process.join(10)
+    shutil.rmtree(Path(address).parent, ignore_errors=True)
+
+
 class _Call:
     """One request in flight: its future, and its chunk queue when streamed."""
 
@@ -95,8 +110,13 @@ class EngineProcess:
 
     def __init__(self, info: ModelInfo, build: Build, *, sample_rate: int,
                  max_in_flight: int = 64, references: References | None = None,
-                 start_timeout: float = 1800, adopt_env: str = ADOPT_ENV) -> None:
+                 start_timeout: float = 1800, role: str = "batch",
+                 standby: bool = False) -> None:
         self.info = info
+        self.role = role  # "batch", or "realtime" for the partition: in logs and ADOPT_ENV
+        adopt_env = ADOPT_ENV if role == "batch" else f"{ADOPT_ENV}_{role.upper()}"
+        self._use_standby = standby
+        self._standby: _Launched | None = None  # a child that has imported, waiting
         self._adopt_env = adopt_env  # one variable per engine a worker holds
         self._build = build
         self._sample_rate = sample_rate
@@ -179,12 +199,8 @@ class EngineProcess:
             self._spawn()
 
     def _spawn(self) -> None:
-        folder = tempfile.mkdtemp(prefix="narrator-engine-")  # mode 0700
-        address, authkey = str(Path(folder) / "engine.sock"), os.urandom(32)
-        context = multiprocessing.get_context("spawn")  # never fork a CUDA parent
-        process = context.Process(target=serve, name=f"engine-{self.info.id}",
-                                  args=(self._build, address, authkey, ADOPT_WAIT_SECONDS))
-        process.start()
+        launched = self._take_standby() or self._launch(standby=False)
+        process, address, authkey = launched
         connection = self._connect(address, authkey, process, 60)
         if connection is None:
             process.kill()
@@ -203,7 +219,36 @@ class EngineProcess:
             raise EngineProcessError(f"engine failed to start: {value!r}") from value
         atexit.register(self.close)  # before multiprocessing joins its children at exit
         self._attach(process, connection, address, authkey)
-        log.info("engine.process_started", model=self.info.id, pid=process.pid)
+        log.info("engine.process_started", model=self.info.id, role=self.role, pid=process.pid)
+        self._launch_standby()
+
+    def _launch(self, standby: bool) -> _Launched:
+        """Start a child that listens on a new private socket (a standby prepares first)."""
+        folder = tempfile.mkdtemp(prefix="narrator-engine-")  # mode 0700
+        address, authkey = str(Path(folder) / "engine.sock"), os.urandom(32)
+        context = multiprocessing.get_context("spawn")  # never fork a CUDA parent
+        name = f"engine-{self.role}" + ("-standby" if standby else "")
+        process = context.Process(target=serve, name=name, args=(
+            self._build, address, authkey, ADOPT_WAIT_SECONDS, standby))
+        process.start()
+        return process, address, authkey
+
+    def _launch_standby(self) -> None:
+        if self._use_standby and self._standby is None:
+            self._standby = self._launch(standby=True)
+            log.info("engine.standby_started", model=self.info.id, role=self.role,
+                     pid=self._standby[0].pid)
+
+    def _take_standby(self) -> _Launched | None:
+        """Return the standby to become the engine, if one is alive (else clear it away)."""
+        standby, self._standby = self._standby, None
+        if standby is None:
+            return None
+        if standby[0].is_alive():
+            log.info("engine.standby_taken", model=self.info.id, role=self.role, pid=standby[0].pid)
+            return standby
+        _stop(standby)
+        return None
 
     def _adopt(self, adopt: str) -> bool:
         """Connect to the engine a previous image of this process detached; False if it
@@ -228,8 +273,9 @@ class EngineProcess:
         self.served_before = value[1]
         atexit.register(self.close)
         self._attach(process, connection, address, authkey)
-        log.info("engine.process_adopted", model=self.info.id, pid=process.pid,
+        log.info("engine.process_adopted", model=self.info.id, role=self.role, pid=process.pid,
                  served=self.served_before)
+        self._launch_standby()
         return True
 
     @staticmethod
@@ -273,9 +319,10 @@ class EngineProcess:
             exitcode = process.exitcode
         if exitcode is not None:
             shutil.rmtree(Path(self._address).parent, ignore_errors=True)
-        if lost:
-            log.error("engine.process_exited", model=self.info.id, exitcode=exitcode,
-                      requests_failed=len(lost))
+        if lost or exitcode != 0:  # (a child that close() stopped exits with 0)
+            (log.error if lost else log.warning)(
+                "engine.process_exited", model=self.info.id, role=self.role,
+                exitcode=exitcode, requests_failed=len(lost))
         for call in lost:
             call.future.set_exception(EngineProcessError(
                 f"engine process exited ({exitcode}) with the request in flight"))
@@ -300,10 +347,13 @@ class EngineProcess:
                 call.future.set_exception(value)
 
     def close(self) -> None:
-        """Stop the engine and its child (worker shutdown)."""
+        """Stop the engine and its child (worker shutdown), and the standby."""
         with self._lock:
             process, connection, self._process, self._connection = \
                 self._process, self._connection, None, None
+            standby, self._standby = self._standby, None
+        if standby is not None:
+            _stop(standby)
         if process is None or connection is None:
             return
         with contextlib.suppress(OSError):
@@ -315,7 +365,7 @@ class EngineProcess:
                 process.join(10)
             exitcode = process.exitcode
         shutil.rmtree(Path(self._address).parent, ignore_errors=True)
-        log.info("engine.process_stopped", model=self.info.id, exitcode=exitcode)
+        log.info("engine.process_stopped", model=self.info.id, role=self.role, exitcode=exitcode)
 
     def detach(self) -> None:
         """Leave the engine running for this process's next image (a recycle's exec): it
@@ -326,6 +376,9 @@ class EngineProcess:
             lost = list(self._calls.values())
             self._calls.clear()
             self._detached = connection
+            standby, self._standby = self._standby, None
+        if standby is not None:  # the next image starts its own once it has adopted
+            _stop(standby)
         if process is None or connection is None:
             return
         try:
@@ -337,7 +390,7 @@ class EngineProcess:
         os.environ[self._adopt_env] = f"{process.pid}:{self._authkey.hex()}:{self._address}"
         for call in lost:
             call.future.set_exception(EngineProcessError("the worker is recycling"))
-        log.info("engine.process_detached", model=self.info.id, pid=process.pid,
+        log.info("engine.process_detached", model=self.info.id, role=self.role, pid=process.pid,
                  requests_failed=len(lost))
 
     def submit(self, request: SpeechRequest, kind: OutputKind,

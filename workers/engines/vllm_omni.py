@@ -71,6 +71,7 @@ class VllmOmniEngine:
         self.config = config
         self.priority = priority
         self._factory = omni_factory or self._default_factory(deploy_config, stage_init_timeout)
+        self._imports = omni_factory is None  # the start imports vLLM-Omni (prepare does)
         self._prompt_length = prompt_length
         self._references = references or (lambda _voice: None)
         self._slots = threading.BoundedSemaphore(max_in_flight)
@@ -113,6 +114,15 @@ class VllmOmniEngine:
                 raise
 
         return create
+
+    def prepare(self) -> None:
+        """Do the start's imports now, long before the start (a standby engine process,
+        engine_child.py): vLLM-Omni's, and its stages' forkserver's beside it."""
+        if not self._imports:
+            return
+        if self._use_forkserver:
+            forkserver.start()  # the start's own call then finds it running
+        from vllm_omni import AsyncOmni  # noqa: F401
 
     def start(self) -> None:
         """Start the event-loop thread and the engine, once; later calls return at once."""

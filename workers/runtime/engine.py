@@ -85,7 +85,8 @@ def _load() -> Engine:
         return EngineProcess(info, vllm_from_settings, sample_rate=config.sample_rate,
                              max_in_flight=settings.vllm_max_in_flight,
                              references=load_reference if config.task_type == "Base" else None,
-                             start_timeout=settings.vllm_stage_init_timeout * 2)
+                             start_timeout=settings.vllm_stage_init_timeout * 2,
+                             standby=settings.vllm_standby)
     raise ValueError(f"no engine for {info.engine!r}")
 
 
@@ -122,14 +123,15 @@ def start_partition(warm: Callable[[Engine], None],
     if not (settings.vllm_realtime_engine and settings.vllm_engine_process
             and batch.info.engine == "vllm-omni"):
         return None
-    from workers.engines.engine_process import ADOPT_ENV, EngineProcess
+    from workers.engines.engine_process import EngineProcess
 
     config = Qwen3Config.load(resolve_model_dir(settings.model))
     realtime = EngineProcess(
         batch.info, functools.partial(vllm_from_settings, True),
         sample_rate=config.sample_rate, max_in_flight=settings.vllm_realtime_sequences,
         references=load_reference if config.task_type == "Base" else None,
-        start_timeout=settings.vllm_stage_init_timeout * 2, adopt_env=ADOPT_ENV + "_REALTIME")
+        start_timeout=settings.vllm_stage_init_timeout * 2, role="realtime",
+        standby=settings.vllm_standby)
     _partition = Partition(batch, realtime, warm, on_change)
     _partition.start()
     return _partition

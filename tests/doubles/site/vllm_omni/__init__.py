@@ -1,4 +1,8 @@
-"""Stands in for vLLM-Omni in worker processes that tests start: the GPU engine double."""
+"""Stands in for vLLM-Omni in worker processes that tests start: the GPU engine double.
+
+With NARRATOR_TEST_OMNI_EVENTS set to a file, importing this package appends "import PID"
+there, and creating an AsyncOmni "engine PID": a test sees which process did which, when.
+"""
 
 import json
 import os
@@ -6,6 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.doubles.omni import SlowOmni
+
+
+def record(event: str) -> None:
+    """Append `event` and this process's pid to NARRATOR_TEST_OMNI_EVENTS, if set."""
+    if events := os.environ.get("NARRATOR_TEST_OMNI_EVENTS"):
+        with open(events, "a") as file:  # one short line per write: appends stay whole
+            file.write(f"{event} {os.getpid()}\n")
+
+
+record("import")
 
 
 class AsyncOmni(SlowOmni):
@@ -19,6 +33,7 @@ class AsyncOmni(SlowOmni):
     def __init__(self, model: str, **kwargs: Any) -> None:
         pace = float(os.environ.get("NARRATOR_TEST_OMNI_SECONDS_PER_FRAME", "0.002"))
         super().__init__("chunks", pace)
+        record("engine")
         config = kwargs.get("deploy_config")
         if config and not Path(config).is_file():  # as vLLM-Omni fails on a missing config
             raise FileNotFoundError(config)
