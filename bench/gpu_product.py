@@ -545,15 +545,17 @@ def gpu_count() -> int:
 def start_workers(args: argparse.Namespace, env: dict[str, str], logs: Path, url: str,
                   processes: list[subprocess.Popen[bytes]]) -> float:
     """Start WORKERS GPU workers, as a multi-GPU host runs them: one per GPU
-    (CUDA_VISIBLE_DEVICES), all at once. More workers than GPUs share them, and then start
+    (CUDA_VISIBLE_DEVICES; GPUS_PER_WORKER each, for a deploy config that puts a worker's
+    stages on different GPUs), all at once. More workers than GPUs share them, and then start
     one after another: vLLM sizes its memory by what is free while it starts. Return the
     seconds until every one is ready."""
-    gpus = gpu_count()
+    gpus, each = gpu_count(), args.gpus_per_worker
     started = time.monotonic()
     for n in range(args.workers):
-        worker_env = env | ({"CUDA_VISIBLE_DEVICES": str(n % gpus)} if gpus > 1 else {})
+        mine = [str((n * each + k) % gpus) for k in range(each)]
+        worker_env = env | ({"CUDA_VISIBLE_DEVICES": ",".join(mine)} if gpus > 1 else {})
         processes.append(start(["worker"], worker_env, logs / f"worker{n or ''}.log"))
-        if args.workers > gpus:  # the assembly worker is ready too
+        if args.workers * each > gpus:  # shared GPUs (the assembly worker is ready too)
             wait_ready(url, args.start_timeout, processes, args.base_workers + n + 1)
     wait_ready(url, args.start_timeout, processes, args.base_workers + args.workers)
     return time.monotonic() - started
@@ -612,6 +614,8 @@ def main() -> None:
     parser.add_argument("--raw", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--workers", type=int, default=1,
                         help="GPU workers: one per GPU, or sharing them when more")
+    parser.add_argument("--gpus-per-worker", type=int, default=1,
+                        help="GPUs each worker sees (2: for bench/deploy/split_stages.yaml)")
     parser.add_argument("--scale-out", action="store_true",
                         help="instead of the phases: one job and JOBS jobs with every GPU "
                              "worker, then with one")

@@ -287,7 +287,8 @@ def test_a_crashed_engine_restarts_from_its_standby_which_imported_beforehand(
         omni_events: Path) -> None:
     """The engine's child imports vLLM-Omni and starts it; a standby beside it imports and
     waits without starting an engine. When the engine's child is killed, the standby becomes
-    the engine without importing again, and a new standby is started behind it."""
+    the engine at once, before any request asks, without importing again, and a new standby
+    is started behind it."""
     engine = EngineProcess(qwen3_model(str(MODEL)), build_importing, sample_rate=24000,
                            start_timeout=60, standby=True)
     try:
@@ -299,8 +300,8 @@ def test_a_crashed_engine_restarts_from_its_standby_which_imported_beforehand(
         assert before == [f"import {first.pid}", f"engine {first.pid}", f"import {standby.pid}"]
         os.kill(first.pid, signal.SIGKILL)
         deadline = time.monotonic() + 30
-        while engine.running:  # a request sent before the worker sees the death fails
-            assert time.monotonic() < deadline
+        while engine._process is first or not engine.running:  # no request asks for it
+            assert time.monotonic() < deadline, "the engine was not started again"
             time.sleep(0.05)
         audio = engine.synthesize([SpeechRequest(text="again", voice="ryan",
                                                  max_new_tokens=25)])[0]
@@ -386,3 +387,25 @@ def alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_an_engine_stopped_by_a_signal_is_not_started_again(omni_events: Path) -> None:
+    """SIGTERM or SIGINT on the engine's child is a stop (the worker's process group is being
+    stopped, as Ctrl-C does), not a crash: the worker does not start another behind it."""
+    engine = EngineProcess(qwen3_model(str(MODEL)), build_importing, sample_rate=24000,
+                           start_timeout=60, standby=True)
+    try:
+        engine.start()
+        first = engine._process
+        os.kill(first.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while engine.running:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(1.0)  # a restart would have begun by now (the double starts in ms)
+        assert engine._process is first
+        started = [line for line in omni_events.read_text().splitlines()
+                   if line.startswith("engine ")]
+        assert started == [f"engine {first.pid}"]
+    finally:
+        engine.close()

@@ -1,6 +1,7 @@
 """Where a GPU worker sends realtime requests (workers/runtime/partition.py): its realtime partition
-while the batch engine holds batch work, the batch engine while that is idle or while the
-partition is starting, has failed or has lost its process; a lost one is started again."""
+while the batch engine holds batch work or has lost its process, the batch engine while that
+is idle or while the partition is starting, has failed or has lost its process; a lost one is
+started again."""
 
 import threading
 from typing import Any
@@ -31,6 +32,7 @@ def picked(partition: Partition) -> object:
 
 
 def started(batch: Engine, realtime: Engine) -> Partition:
+    batch.running = True  # the worker's batch engine is up before its partition starts
     changes = threading.Semaphore(0)
     partition = Partition(batch, realtime, warm=lambda _e: None,  # type: ignore[arg-type]
                           on_change=changes.release)
@@ -69,3 +71,15 @@ def test_a_partition_whose_process_died_is_started_again_and_the_batch_engine_an
     assert realtime.starts == 2
     assert partition.state == "ready"
     assert picked(partition) is realtime
+
+
+def test_while_the_batch_engines_process_is_down_the_partition_answers() -> None:
+    """A crashed batch engine holds no batch work, but starting it again takes a minute: an
+    idle lane goes to the warm partition meanwhile, and back once the batch engine runs."""
+    batch, realtime = Engine("batch"), Engine("realtime")
+    partition = started(batch, realtime)
+    assert picked(partition) is batch
+    batch.running = False  # its child process died; its restart is under way
+    assert picked(partition) is realtime
+    batch.running = True
+    assert picked(partition) is batch

@@ -230,14 +230,20 @@ def test_a_gpu_workers_engine_child_killed_mid_job_restarts_and_the_job_complete
     with _gpu_job(tmp_path, 300) as (stack, http, job):
         time.sleep(1.0)  # segments in the engine (3 s each)
         started = [e for e in log_events(stack.worker.output())
-                   if e["event"] == "engine.process_started"]
+                   if e["event"] == "engine.process_started" and e["role"] == "batch"]
         os.kill(started[-1]["pid"], signal.SIGKILL)
         done = wait_job(http, job["id"], timeout=120)
         log = stack.worker.output()
         worker_alive = stack.worker.popen is not None and stack.worker.popen.poll() is None
     assert done["status"] == "completed", (done, log[-3000:])
     assert done["segments"]["done"] == 6
-    assert log.count("engine.process_started") == 2  # the child was started again
+    events = log_events(log)
+    batch = [e["pid"] for e in events
+             if e["event"] == "engine.process_started" and e["role"] == "batch"]
+    standbys = [e["pid"] for e in events
+                if e["event"] == "engine.standby_started" and e["role"] == "batch"]
+    assert len(batch) == 2  # the child was started again: from the standby started first
+    assert batch[1] == standbys[0]
     assert worker_alive
 
 

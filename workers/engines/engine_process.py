@@ -140,6 +140,7 @@ class EngineProcess:
         # none when this image adopted a warm engine (the warm-up is then skipped).
         self.served_before = 0
         self._early: concurrent.futures.Future[None] | None = None  # start_early's start
+        self._closed = False  # closed or detached: a child that exits is not started again
 
     @property
     def sample_rate(self) -> int:
@@ -153,9 +154,9 @@ class EngineProcess:
 
     @property
     def running(self) -> bool:
-        """Say whether the child is up with its engine started (never starts it)."""
-        with self._lock:
-            process = self._process
+        """Say whether the child is up with its engine started (never starts it, and never
+        waits for a start in progress: a child being started is not running yet)."""
+        process = self._process  # read without the lock, which a start holds throughout
         if process is None:
             return False
         with self._reaping:
@@ -187,8 +188,11 @@ class EngineProcess:
             return
         self._start()
 
-    def _start(self) -> None:
+    def _start(self, after_exit: bool = False) -> None:
         with self._lock:
+            if after_exit and self._closed:  # the worker stopped or detached meanwhile
+                return
+            self._closed = False
             if self._process is not None:
                 with self._reaping:
                     if self._process.is_alive():
@@ -326,6 +330,16 @@ class EngineProcess:
         for call in lost:
             call.future.set_exception(EngineProcessError(
                 f"engine process exited ({exitcode}) with the request in flight"))
+        if exitcode not in (0, None, -signal.SIGTERM, -signal.SIGINT):  # a crash, not a stop
+            threading.Thread(target=self._restart, name="engine-restart", daemon=True).start()
+
+    def _restart(self) -> None:
+        """Start a child again after the last one crashed, without waiting for a request
+        to ask (from the standby, when there is one)."""
+        try:
+            self._start(after_exit=True)
+        except Exception:  # the next request tries again, and fails with the reason
+            log.exception("engine.restart_failed", model=self.info.id, role=self.role)
 
     def _read(self, results: Connection) -> None:
         while True:
@@ -352,6 +366,7 @@ class EngineProcess:
             process, connection, self._process, self._connection = \
                 self._process, self._connection, None, None
             standby, self._standby = self._standby, None
+            self._closed = True
         if standby is not None:
             _stop(standby)
         if process is None or connection is None:
@@ -377,6 +392,7 @@ class EngineProcess:
             self._calls.clear()
             self._detached = connection
             standby, self._standby = self._standby, None
+            self._closed = True
         if standby is not None:  # the next image starts its own once it has adopted
             _stop(standby)
         if process is None or connection is None:
