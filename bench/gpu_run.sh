@@ -10,7 +10,7 @@
 #       table of where first audio goes is written beside each trace (trace_*.txt)
 #     TEST=0: skip the gpu-marked test
 #     PRODUCT2="args": after the test, a second bench.gpu_product run with these arguments
-#       (product2.log)
+#       (product2.log); PRODUCT3="args": then a third (product3.log), for an A/B/A pair
 #     PRODUCT=0: skip bench.gpu_product (raw runs and the test only)
 #     PICK=1: the product and the test then run under the config that
 #       bench.pick_config picks from them (its docstring says how)
@@ -85,16 +85,19 @@ if [ "$TEST" = 1 ]; then
 else
   echo "test rc=skipped" >> $LOGS/done
 fi
-if [ -n "$PRODUCT2" ]; then  # after the test: a second run, other arguments, its own folder
-  OUT=$LOGS/second step python3 -m bench.gpu_product --model $MODEL \
-    --redis-server /tmp/redis-run $PRODUCT2 >> $LOGS/product2.log 2>&1
-  echo "product2 rc=$?" >> $LOGS/done
-else
-  echo "product2 rc=skipped" >> $LOGS/done
-fi
+for n in 2 3; do  # after the test: more runs, other arguments, each its own folder
+  name=PRODUCT$n; extra=${!name}
+  if [ -n "$extra" ]; then
+    OUT=$LOGS/run$n step python3 -m bench.gpu_product --model $MODEL \
+      --redis-server /tmp/redis-run $extra >> $LOGS/product$n.log 2>&1
+    echo "product$n rc=$?" >> $LOGS/done
+  else
+    echo "product$n rc=skipped" >> $LOGS/done
+  fi
+done
 JOB
     MODEL=$MODEL LOGS=$LOGS ARGS="$*" RAW_CONFIGS="${RAW_CONFIGS:-}" TEST="${TEST:-1}" \
-      TRACE="${TRACE:-0}" PRODUCT2="${PRODUCT2:-}" \
+      TRACE="${TRACE:-0}" PRODUCT2="${PRODUCT2:-}" PRODUCT3="${PRODUCT3:-}" \
       PRODUCT="${PRODUCT:-1}" PICK="${PICK:-0}" TTFA_REPS="${TTFA_REPS:-5}" \
       setsid nohup bash /tmp/gpu_run_job.sh > "$LOGS/job.out" \
       2>&1 < /dev/null &
@@ -104,12 +107,12 @@ JOB
     [ -d "$LOGS" ] || { echo "no run on this machine ($LOGS missing): it was handed back" \
       "and started afresh; start again" >&2; exit 3; }
     end=$(( $(date +%s) + ${WAIT_S:-560} ))
-    while [ "$(date +%s)" -lt "$end" ] && [ "$(grep -c rc= $LOGS/done 2>/dev/null)" != 3 ]; do
+    while [ "$(date +%s)" -lt "$end" ] && [ "$(grep -c rc= $LOGS/done 2>/dev/null)" != 4 ]; do
       sleep 10
     done
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
     cat $LOGS/done $LOGS/raws 2>/dev/null; tail -40 $LOGS/product.log
-    grep -v '^CPU' $LOGS/product2.log 2>/dev/null | tail -16
+    for n in 2 3; do grep -v '^CPU' $LOGS/product$n.log 2>/dev/null | tail -16; done
     tail -5 $LOGS/test.log 2>/dev/null; grep -h "^RESULT" $LOGS/raw_*.log 2>/dev/null
     for t in $LOGS/trace_*.txt; do [ -f "$t" ] && echo "== $t" && tail -6 "$t"; done
     mkdir -p "${OUT:-/tmp/out}"  # one archive: the device returns at most 8 files
