@@ -334,17 +334,19 @@ def sustained(client: Client, segments: int, jobs: int, busy: GpuBusy, tag: str,
 
 
 def scale_out(client: Client, args: argparse.Namespace, busy: GpuBusy,
-              workers: list[subprocess.Popen[bytes]]) -> dict[str, Any]:
+              workers: list[subprocess.Popen[bytes]], logs: Path) -> dict[str, Any]:
     """One job of SEGMENTS and JOBS such jobs together, with every GPU worker, then again
-    with one after the others stopped (SIGTERM, as an operator scales down)."""
+    with one after the others stopped (SIGTERM, as an operator scales down). --profile
+    samples the one worker left while its JOBS jobs run (one GPU under the defaults)."""
     out: dict[str, Any] = {}
     for count in (len(workers), 1):
         for worker in workers[count:]:
             stop(worker)
         del workers[count:]
         phase(out, f"one_job_{count}", sustained(client, args.segments, 1, busy, f"one-{count}"))
-        phase(out, f"sustained_{count}",
-              sustained(client, args.segments, args.jobs, busy, f"all-{count}"))
+        with profiled(args, workers if count == 1 else [], logs):
+            phase(out, f"sustained_{count}",
+                  sustained(client, args.segments, args.jobs, busy, f"all-{count}"))
     return out
 
 
@@ -487,7 +489,7 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
         gpu_workers = processes[2:]
         result = {"cold_start_s": cold,
                   "partition_s": partition} | (
-            scale_out(client, args, busy, gpu_workers) if args.scale_out
+            scale_out(client, args, busy, gpu_workers, logs) if args.scale_out
             else measure(client, args, busy, profiled(args, gpu_workers, logs)))
         if args.live:
             phase(result, "live", gpu_live.measure(url, client, args))

@@ -55,6 +55,7 @@ def control(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv(mps.LOGS, raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    monkeypatch.setattr(mps, "_visible", [])
     return tmp_path
 
 
@@ -69,6 +70,32 @@ def test_start_points_cuda_at_a_daemon_of_its_own_and_stop_quits_it(control: Pat
     assert not (folder / "pipe" / "daemon").exists()
     assert mps.PIPE not in os.environ
     assert mps.LOGS not in os.environ
+
+
+@pytest.mark.parametrize(("given", "counted"), [("1", "0"), ("2,3", "0,1"), ("0,1", "0,1")])
+def test_under_its_daemon_the_engine_counts_gpus_as_the_daemon_sees_them(
+        control: Path, monkeypatch: pytest.MonkeyPatch, given: str, counted: str) -> None:
+    """A daemon started with CUDA_VISIBLE_DEVICES=1 sees one GPU, and its clients number
+    GPUs among the ones it sees: a stage asking for GPU 1 under it finds none ("No CUDA GPUs
+    are available", a second GPU worker on a two-H200 host). So the engine's processes see
+    the set counted from 0 while the daemon serves them, and the given set again after."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", given)
+    folder = mps.start()
+    assert folder is not None
+    assert f"CUDA_VISIBLE_DEVICES={given}" in (folder / "pipe" / "daemon").read_text()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == counted
+    mps.stop(folder)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == given
+
+
+def test_without_a_gpu_set_the_engine_sees_what_the_daemon_sees(
+        control: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # a container given its one GPU
+    folder = mps.start()
+    assert folder == control / f"narrator-mps-{os.getuid()}-all"
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    mps.stop(folder)
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
 
 
 def test_a_daemon_left_running_is_joined(control: Path) -> None:

@@ -18,8 +18,14 @@ together 1.21 of it. With the batch engine also held to 80 % of the SMs
 (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) streamed requests came back without audio, so no SM share
 is set.
 
+A daemon started for a GPU set (CUDA_VISIBLE_DEVICES=1, as a second GPU worker on a host
+runs) sees only those GPUs, and its clients count GPUs among the ones it sees: under it the
+engine's processes see the set as 0, 1, ... (a client asking for GPU 1 of a one-GPU daemon
+finds none and its stage fails with "No CUDA GPUs are available").
+
 Where the host already runs MPS (CUDA_MPS_PIPE_DIRECTORY set for the worker), the engine
-joins that daemon and starts none. Where `nvidia-cuda-mps-control` is missing, or the daemon
+joins that daemon and starts none; its CUDA_VISIBLE_DEVICES must then name GPUs as that
+daemon counts them. Where `nvidia-cuda-mps-control` is missing, or the daemon
 does not answer, the engine runs without MPS and says so in the log.
 """
 
@@ -38,6 +44,8 @@ CONTROL = "nvidia-cuda-mps-control"
 PIPE, LOGS = "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"
 # An MPS client's priority, read when it initialises CUDA: 0 normal, 1 below normal.
 PRIORITY = "CUDA_MPS_CLIENT_PRIORITY"
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+_visible: list[str | None] = []  # the GPU set as the engine was given it, while under a daemon
 
 
 def folder_for(devices: str | None) -> Path:
@@ -64,7 +72,8 @@ def start(background: bool = False) -> Path | None:
     if binary is None:
         log.info("mps.unavailable", reason=f"{CONTROL} not found")
         return None
-    folder = folder_for(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    visible = _visible[0] if _visible else os.environ.get(VISIBLE)  # as the engine was given
+    folder = folder_for(visible)
     env = _environment(folder)
     for sub in (env[PIPE], env[LOGS]):
         Path(sub).mkdir(parents=True, exist_ok=True)
@@ -78,7 +87,10 @@ def start(background: bool = False) -> Path | None:
                     log=_tail(Path(env[LOGS]) / "control.log"))
         return None
     os.environ.update(env | client)
-    log.info("mps.started", folder=str(folder), **client)
+    _visible.append(visible)
+    if visible:  # the daemon sees only this set: its clients count from 0 within it
+        os.environ[VISIBLE] = ",".join(str(n) for n in range(len(visible.split(","))))
+    log.info("mps.started", folder=str(folder), devices=visible, **client)
     return folder
 
 
@@ -93,6 +105,8 @@ def stop(folder: Path | None) -> None:
     os.environ.pop(PRIORITY, None)
     if folder is None:
         return
+    if _visible and (visible := _visible.pop()) is not None:
+        os.environ[VISIBLE] = visible
     env = _environment(folder)
     for name in env:
         if os.environ.get(name) == env[name]:
