@@ -38,7 +38,10 @@ RESTART_AGAIN = ("gpu_product_h100_1.7b_live.json", "gpu_product_h100_1.7b_resta
 # it itself: (the product run, the raw run's file, where it ran).
 RAW_BESIDE = ("gpu_product_h100_1.7b_default_restart.json", "gpu_engine_h100_1.7b_raw.json",
               "another H100 of the same lease")
-SCALE_OUT = ("gpu_product_h200x2_1.7b_2026-11-26_scale_out.json", "two H200s")
+SCALE_OUT = ("gpu_product_h200x2_1.7b_scale_out.json", "two H200s")
+# One worker given both GPUs of such a host, its talker on one and Code2Wav on the other
+# (bench/deploy/split_stages.yaml), weighed against SCALE_OUT.
+SPLIT = "gpu_product_h200x2_1.7b_split.json"
 GPU_COMMAND = ("bash bench/gpu_run.sh start PART MODEL --jobs 4 --probes 20 --probe-gap 1.5 "
                "--no-raw --live 20 --crash")
 
@@ -135,7 +138,29 @@ def gpu() -> str:
          f"{sr[f'{key}_2']['rate'] / sr[f'{key}_1']['rate']:.2f}"]
         for key, label in (("one_job", "one job of 256 segments"),
                            ("sustained", "four such jobs together"))])
-    return text
+    return text + split(sr)
+
+
+def split(scale: dict[str, Any]) -> str:
+    """The two-GPU host as one worker with its stages split over the GPUs, against one
+    worker per GPU (SCALE_OUT's run)."""
+    sp = _load(SPLIT)["results"]["production"]
+    text = (f"\n\nThe same kind of host as one worker given both GPUs, its talker on one and "
+            f"Code2Wav on the other, the realtime partition split the same way "
+            f"(`bench/results/{SPLIT}`, another two-H200 machine of the same session; "
+            "`bench.gpu_product --gpus-per-worker 2 --segments 256 --jobs 4 --probes 20 "
+            "--no-raw` with `bench/deploy/split_stages.yaml` and "
+            "`realtime_split_stages.yaml`):\n\n")
+    return text + table(["measure", "1 worker, stages split", "2 workers, a GPU each",
+                         "split ÷ 2 workers"], [
+        ["one job of 256 segments", f"{sp['first_job']['rate']:.1f} audio-s/s",
+         f"{scale['one_job_2']['rate']:.1f} audio-s/s",
+         f"{sp['first_job']['rate'] / scale['one_job_2']['rate']:.2f}"],
+        ["four such jobs together", f"{sp['sustained']['rate']:.1f} audio-s/s",
+         f"{scale['sustained_2']['rate']:.1f} audio-s/s",
+         f"{sp['sustained']['rate'] / scale['sustained_2']['rate']:.2f}"],
+        ["streamed first audio, 4 jobs (p50 / p90 / p99)",
+         percentiles(sp["ttfa_saturated"]), "not measured", ""]])
 
 
 def render() -> str:
