@@ -18,9 +18,10 @@ import pytest
 from core.catalog import Qwen3Config, qwen3_model
 from tests.doubles.omni import SCALE, FakeOmni, SlowOmni
 from tests.test_vllm_omni_adapter import MODEL, assert_concurrent_requests_keep_their_own_audio
-from workers.engines import SpeechRequest
+from workers.engines import SpeechRequest, engine_link
 from workers.engines.engine_child import EngineProcessError
-from workers.engines.engine_process import ADOPT_ENV, EngineProcess
+from workers.engines.engine_link import ADOPT_ENV
+from workers.engines.engine_process import EngineProcess
 from workers.engines.qwen3_tts import OutputKind
 from workers.engines.vllm_omni import VllmOmniEngine
 
@@ -221,9 +222,7 @@ def test_an_adoption_that_finds_no_engine_starts_a_new_one(
 def test_a_detached_engine_nobody_adopts_stops_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     """ADOPT_WAIT_SECONDS (600 s by default), shortened to 1 s: the mechanism; a recycled
     image that fails to come back does not leave the GPU held for ever."""
-    import workers.engines.engine_process as engine_process
-
-    monkeypatch.setattr(engine_process, "ADOPT_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(engine_link, "ADOPT_WAIT_SECONDS", 1.0)
     engine = make()
     engine.start()
     process = engine._process

@@ -14,56 +14,37 @@ child dies, that standby becomes the engine, so the restart skips the import (20
 H200: a killed engine was back in 57.6 s, docs/design/realtime-partition.md), and a new
 standby is started behind it. A standby never touches the GPU.
 
-The worker talks to its child over a Unix socket in a private folder (mode 0700, and an
-authentication key as well), not an anonymous pipe, so that the engine can outlive the worker's
-own Python process when the worker recycles (WORKER_MAX_TASKS, WORKER_MAX_RSS_MB, SIGHUP): the
-worker detaches, execs itself (same pid, so the child stays its child) and the new image adopts
-the running engine through ADOPT_ENV instead of starting one. A GPU worker's recycle then costs
-Celery's start, not vLLM-Omni's import, the stages' initialisation and the warm-up (about
-90-150 s on an H100). A detached engine nobody adopts within ADOPT_WAIT_SECONDS stops itself.
+The worker reaches its child over a private Unix socket (engine_link.py), so the engine can
+outlive the worker's own Python image when the worker recycles (WORKER_MAX_TASKS,
+WORKER_MAX_RSS_MB, SIGHUP): the worker detaches, execs itself and the new image adopts the
+running engine instead of starting one. A GPU worker's recycle then costs Celery's start, not
+vLLM-Omni's import, the stages' initialisation and the warm-up (about 90-150 s on an H100).
 """
 
 import atexit
 import concurrent.futures
 import contextlib
 import itertools
-import multiprocessing
 import os
 import queue
 import shutil
 import signal
-import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import (
-    Client,
-    Connection,
-)
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from core.catalog import ModelInfo
-from workers.engines import Audio, SpeechRequest, drain, slots_for
-from workers.engines.engine_child import DETACH, Build, EngineProcessError, serve
+from workers.engines import Audio, SpeechRequest, drain, engine_link, slots_for
+from workers.engines.engine_child import DETACH, Build, EngineProcessError
+from workers.engines.engine_link import ADOPT_ENV, Launched, connect
 from workers.engines.qwen3_tts import OutputKind, Reference
 
 log = structlog.get_logger()
 References = Callable[[str], Reference | None]
-ADOPT_ENV = "NARRATOR_ENGINE_ADOPT"  # "pid:authkey hex:socket path", for the worker's next image
-ADOPT_WAIT_SECONDS = 600.0  # a detached engine waits this long for the next image to adopt it
-_Launched = tuple[Any, str, bytes]  # a started child, its socket's address and its key
-
-
-def _stop(launched: _Launched) -> None:
-    """Stop a child that serves no one (a standby) and remove its socket's folder."""
-    process, address, _ = launched
-    process.kill()
-    process.join(10)
-    shutil.rmtree(Path(address).parent, ignore_errors=True)
 
 
 class _Call:
@@ -72,37 +53,6 @@ class _Call:
     def __init__(self, chunks: Callable[[Audio], None] | None) -> None:
         self.future: concurrent.futures.Future[Audio] = concurrent.futures.Future()
         self.chunks = chunks
-
-
-class _Adopted:
-    """The running engine child a previous image of this process started (exec keeps the
-    pid, so it is still this process's child): what EngineProcess uses of a Process."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.exitcode: int | None = None
-
-    def is_alive(self) -> bool:
-        if self.exitcode is not None:
-            return False
-        try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:  # not ours, or already reaped
-            self.exitcode = -1
-            return False
-        if pid == 0:
-            return True
-        self.exitcode = os.waitstatus_to_exitcode(status)
-        return False
-
-    def join(self, timeout: float | None = None) -> None:
-        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
-        while self.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
 
 
 class EngineProcess:
@@ -116,7 +66,7 @@ class EngineProcess:
         self.role = role  # "batch", or "realtime" for the partition: in logs and ADOPT_ENV
         adopt_env = ADOPT_ENV if role == "batch" else f"{ADOPT_ENV}_{role.upper()}"
         self._use_standby = standby
-        self._standby: _Launched | None = None  # a child that has imported, waiting
+        self._standby: Launched | None = None  # a child that has imported, waiting
         self._adopt_env = adopt_env  # one variable per engine a worker holds
         self._build = build
         self._sample_rate = sample_rate
@@ -203,9 +153,9 @@ class EngineProcess:
             self._spawn()
 
     def _spawn(self) -> None:
-        launched = self._take_standby() or self._launch(standby=False)
+        launched = self._take_standby() or engine_link.launch(self._build, self.role, False)
         process, address, authkey = launched
-        connection = self._connect(address, authkey, process, 60)
+        connection = connect(address, authkey, process, 60)
         if connection is None:
             process.kill()
             process.join(10)
@@ -226,24 +176,13 @@ class EngineProcess:
         log.info("engine.process_started", model=self.info.id, role=self.role, pid=process.pid)
         self._launch_standby()
 
-    def _launch(self, standby: bool) -> _Launched:
-        """Start a child that listens on a new private socket (a standby prepares first)."""
-        folder = tempfile.mkdtemp(prefix="narrator-engine-")  # mode 0700
-        address, authkey = str(Path(folder) / "engine.sock"), os.urandom(32)
-        context = multiprocessing.get_context("spawn")  # never fork a CUDA parent
-        name = f"engine-{self.role}" + ("-standby" if standby else "")
-        process = context.Process(target=serve, name=name, args=(
-            self._build, address, authkey, ADOPT_WAIT_SECONDS, standby))
-        process.start()
-        return process, address, authkey
-
     def _launch_standby(self) -> None:
         if self._use_standby and self._standby is None:
-            self._standby = self._launch(standby=True)
+            self._standby = engine_link.launch(self._build, self.role, True)
             log.info("engine.standby_started", model=self.info.id, role=self.role,
                      pid=self._standby[0].pid)
 
-    def _take_standby(self) -> _Launched | None:
+    def _take_standby(self) -> Launched | None:
         """Return the standby to become the engine, if one is alive (else clear it away)."""
         standby, self._standby = self._standby, None
         if standby is None:
@@ -251,19 +190,18 @@ class EngineProcess:
         if standby[0].is_alive():
             log.info("engine.standby_taken", model=self.info.id, role=self.role, pid=standby[0].pid)
             return standby
-        _stop(standby)
+        engine_link.stop(standby)
         return None
 
     def _adopt(self, adopt: str) -> bool:
         """Connect to the engine a previous image of this process detached; False if it
         is gone (a new one is started instead)."""
-        try:
-            pid, key, address = adopt.split(":", 2)
-            process, authkey = _Adopted(int(pid)), bytes.fromhex(key)
-        except ValueError:
+        named = engine_link.adopted(adopt)
+        if named is None:
             log.warning("engine.adopt_invalid", value=adopt[:200])
             return False
-        connection = self._connect(address, authkey, process, 10)
+        process, authkey, address = named
+        connection = connect(address, authkey, process, 10)
         kind, value = "gone", (0, 0)
         if connection is not None:
             with contextlib.suppress(EOFError, OSError):
@@ -281,22 +219,6 @@ class EngineProcess:
                  served=self.served_before)
         self._launch_standby()
         return True
-
-    @staticmethod
-    def _connect(address: str, authkey: bytes, process: Any, timeout: float
-                 ) -> Connection | None:
-        """Connect to the child's socket once it listens; None if it dies or never does."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                return Client(address, family="AF_UNIX", authkey=authkey)
-            except (FileNotFoundError, ConnectionRefusedError):
-                if not process.is_alive():
-                    return None
-                time.sleep(0.02)
-            except (AuthenticationError, EOFError, OSError):
-                return None
-        return None
 
     def _attach(self, process: Any, connection: Connection, address: str,
                 authkey: bytes) -> None:
@@ -368,7 +290,7 @@ class EngineProcess:
             standby, self._standby = self._standby, None
             self._closed = True
         if standby is not None:
-            _stop(standby)
+            engine_link.stop(standby)
         if process is None or connection is None:
             return
         with contextlib.suppress(OSError):
@@ -394,7 +316,7 @@ class EngineProcess:
             standby, self._standby = self._standby, None
             self._closed = True
         if standby is not None:  # the next image starts its own once it has adopted
-            _stop(standby)
+            engine_link.stop(standby)
         if process is None or connection is None:
             return
         try:
@@ -403,7 +325,8 @@ class EngineProcess:
             return  # the child is gone: the next image starts a new one
         if self._receiver is not None:  # the child closes its end once it has detached
             self._receiver.join(60)
-        os.environ[self._adopt_env] = f"{process.pid}:{self._authkey.hex()}:{self._address}"
+        os.environ[self._adopt_env] = engine_link.adoption(process.pid, self._authkey,
+                                                            self._address)
         for call in lost:
             call.future.set_exception(EngineProcessError("the worker is recycling"))
         log.info("engine.process_detached", model=self.info.id, role=self.role, pid=process.pid,
