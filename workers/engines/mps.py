@@ -80,8 +80,8 @@ def start(background: bool = False) -> Path | None:
     # A daemon left by an engine that was killed answers on the same pipe: this start then
     # fails, and the engine joins it.
     with contextlib.suppress(subprocess.TimeoutExpired):  # whether one answers decides
-        subprocess.run([binary, "-d"], env=os.environ | env, capture_output=True, timeout=30,
-                       check=False)
+        daemon = os.environ | env | ({VISIBLE: visible} if visible else {})  # the given set
+        subprocess.run([binary, "-d"], env=daemon, capture_output=True, timeout=30, check=False)
     if not _answers(binary, env):
         log.warning("mps.failed", folder=str(folder),
                     log=_tail(Path(env[LOGS]) / "control.log"))
